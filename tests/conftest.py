@@ -1,0 +1,37 @@
+"""Shared fixtures. Unit tests need no cluster; `ray_cluster` starts one real local Ray cluster
+(logical GPUs on a CPU machine) for the integration tests of the whole session."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    import ray
+
+    os.environ["TIDAL_STORAGE"] = str(tmp_path_factory.mktemp("tidal-runs"))
+    # 2 physical cores here: 4 logical CPUs keep the Train controller and actors schedulable.
+    ray.init(num_cpus=4, num_gpus=4, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def tiny_gpt_spec(**overrides: Any) -> Any:
+    """The tests' size of the reference job: 2 layers, width 64, 32 characters, batch 8."""
+    from tidal.jobs.reference import shakespeare_gpt
+
+    fields: dict[str, Any] = dict(
+        name="tiny-gpt", seq_len=32, d_model=64, n_layer=2, n_head=4, global_batch=8,
+        total_steps=30, min_gpus=1, max_gpus=2, lr=3e-3, weight_decay=0.01,
+        checkpoint_every=100, report_every=5,
+    )
+    fields.update(overrides)
+    return shakespeare_gpt(**fields)

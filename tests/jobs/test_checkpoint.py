@@ -1,0 +1,91 @@
+"""Plan-independent checkpoints on real DeepSpeed engines in this process (world size 1, gloo).
+
+The multi-worker version of the same property (dp changes too) runs on a Ray cluster in
+test_runner.py; this one needs no cluster and checks every ZeRO stage's capture/restore.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.conftest import tiny_gpt_spec
+from tidal.jobs import Plan
+from tidal.jobs.checkpoint import (
+    CheckpointError,
+    TrainState,
+    capture_state,
+    read_meta,
+    restore_state,
+)
+from tidal.jobs.data import StepSampler
+from tidal.jobs.worker import build_engine, train_step
+
+
+@pytest.fixture(scope="module")
+def dist_world_of_one() -> Iterator[None]:
+    import deepspeed
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+                          MASTER_PORT=str(port))
+        deepspeed.init_distributed(dist_backend="gloo")
+    yield
+
+
+def _train(spec: Any, plan: Plan, start: int, steps: int,
+           state: TrainState | None) -> tuple[list[float], TrainState]:
+    engine = build_engine(spec, plan, torch.device("cpu"))
+    if state is not None:
+        restore_state(engine, state)
+    data = spec.dataset()
+    sampler = StepSampler(len(data), spec.global_batch, spec.seed)
+    losses = [float(train_step(engine, spec, plan, data, sampler, k, 0, torch.device("cpu")))
+              for k in range(start, start + steps)]
+    out = capture_state(engine, step=start + steps, seed=spec.seed, rank=0)
+    assert out is not None
+    return losses, out
+
+
+def test_every_stage_resumes_every_other(dist_world_of_one: None, tmp_path: Path) -> None:
+    spec = tiny_gpt_spec(weight_decay=0.1)
+    reference, _ = _train(spec, Plan(dp=1, zero_stage=0, micro_batch=8), 0, 12, None)
+    chain = [
+        Plan(dp=1, zero_stage=1, micro_batch=4, grad_accum=2),
+        Plan(dp=1, zero_stage=3, micro_batch=2, grad_accum=4, activation_checkpointing=True),
+        Plan(dp=1, zero_stage=2, offload_optimizer=True, micro_batch=8),
+        Plan(dp=1, zero_stage=0, micro_batch=1, grad_accum=8),
+    ]
+    losses: list[float] = []
+    state: TrainState | None = None
+    for i, plan in enumerate(chain):
+        seg, state = _train(spec, plan, 3 * i, 3, state)
+        losses += seg
+        state.save(tmp_path / f"seg{i}")  # and through the file format
+        state = TrainState.load(tmp_path / f"seg{i}")
+    assert state is not None and state.step == 12 and state.adam_step == 12
+    assert read_meta(tmp_path / "seg3")["step"] == 12
+    for k, (a, b) in enumerate(zip(reference, losses, strict=True)):
+        assert abs(a - b) / abs(a) <= 1e-5, f"step {k}: {a} vs {b}"
+    assert losses[-1] < losses[0]
+
+
+def test_restore_refuses_another_model(dist_world_of_one: None, tmp_path: Path) -> None:
+    spec = tiny_gpt_spec()
+    _, state = _train(spec, Plan(dp=1, zero_stage=1, micro_batch=8), 0, 1, None)
+    other = tiny_gpt_spec(d_model=32)
+    engine = build_engine(other, Plan(dp=1, zero_stage=1, micro_batch=8), torch.device("cpu"))
+    with pytest.raises(CheckpointError, match="shape"):
+        restore_state(engine, state)
+    with pytest.raises(CheckpointError, match="not a Tidal checkpoint"):
+        TrainState.load(tmp_path)

@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import tiny_gpt_spec
+from tidal.jobs import Plan, PlanError, PlanSpace
+from tidal.jobs.ds_config import deepspeed_config
+
+
+def test_renders_batch_and_zero() -> None:
+    spec = tiny_gpt_spec()
+    cfg = deepspeed_config(spec, Plan(dp=2, zero_stage=2, offload_optimizer=True, micro_batch=2,
+                                      grad_accum=2))
+    assert cfg["train_batch_size"] == 8
+    assert cfg["train_micro_batch_size_per_gpu"] == 2
+    assert cfg["gradient_accumulation_steps"] == 2
+    assert cfg["zero_optimization"]["stage"] == 2
+    assert cfg["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+    assert cfg["optimizer"]["params"]["torch_adam"] is True
+    assert "bf16" not in cfg
+
+
+def test_stage3_param_offload_and_bf16() -> None:
+    spec = tiny_gpt_spec(precision="bf16", plans=PlanSpace(offload_param=(False, True)))
+    cfg = deepspeed_config(spec, Plan(dp=1, zero_stage=3, offload_param=True, micro_batch=8))
+    assert cfg["zero_optimization"]["offload_param"]["device"] == "cpu"
+    assert cfg["bf16"]["enabled"] is True
+
+
+def test_refuses_a_plan_the_job_does_not_allow() -> None:
+    with pytest.raises(PlanError):
+        deepspeed_config(tiny_gpt_spec(), Plan(dp=4, micro_batch=2))  # max_gpus is 2

@@ -1,0 +1,2 @@
+"""Capacity changes: reclaim choice, elastic knapsack, Ray cluster autoscaler requests.
+"""

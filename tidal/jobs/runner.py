@@ -1,0 +1,296 @@
+"""Run a job under one plan as a Ray Train V2 `TorchTrainer` of DeepSpeed workers.
+
+    run(spec, plan, resources, checkpoint=None) -> RunResult        (blocking)
+    launch(spec, plan, resources, checkpoint=None) -> RunHandle     (returns at once)
+
+A run trains from `checkpoint` (or from scratch) until the job's last step, until
+`stop_at_step`, or until `RunHandle.stop()` asks it to stop at the next step boundary; every
+way out ends with a plan-independent checkpoint (`tidal.jobs.checkpoint`), so the scheduler
+reconfigures a job as stop → `run(spec, new_plan, new_resources, checkpoint=...)`.
+
+Each run has a small control actor (`RunControl`, zero CPUs). Rank 0 sends it per-step
+metrics in batches, never blocking on it, and learns from its answer whether a stop was asked
+for; the driver reads progress and the loss curve from it. Ray Train's own `report` carries
+metrics every `report_every` steps and the checkpoints, which land under the run's storage
+(`$TIDAL_STORAGE`, default `~/.cache/tidal/runs`; a multi-node cluster needs it on a shared
+filesystem or in cloud storage).
+
+Workers use `resources_per_worker = {CPU: c, GPU: g}`. With `gpus_per_worker > 0` and no CUDA
+on the workers (a CPU machine with *logical* GPUs, `ray.init(num_gpus=N)`), the GPUs are
+reserved as placement-group resources but training runs on CPU with gloo; with CUDA it runs on
+the GPU with NCCL. The same code path serves both.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import ray
+
+from tidal.jobs.spec import JobSpec, Plan, PlanError, SpecError
+from tidal.jobs.worker import WorkerConfig, train_loop
+
+Device = Literal["auto", "cpu", "cuda"]
+
+
+def storage_root() -> Path:
+    return Path(os.environ.get("TIDAL_STORAGE", Path.home() / ".cache" / "tidal" / "runs"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Resources:
+    """What a run's workers get. One worker per data-parallel rank.
+
+    node_ids pins worker i to node node_ids[i] (Ray node ids, through Train V2's per-worker
+    `label_selector` on `ray.io/node-id`); None lets Ray pack the placement group.
+    """
+
+    num_workers: int
+    gpus_per_worker: float = 0.0
+    cpus_per_worker: float = 1.0
+    memory_per_worker: int | None = None  # bytes
+    node_ids: tuple[str, ...] | None = None
+    device: Device = "auto"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.num_workers, int) or self.num_workers < 1:
+            raise SpecError("Resources.num_workers", f"must be an integer >= 1, got {self.num_workers!r}")
+        if self.gpus_per_worker < 0 or self.cpus_per_worker < 0:
+            raise SpecError("Resources", "gpus_per_worker and cpus_per_worker must be >= 0")
+        if self.node_ids is not None and len(self.node_ids) != self.num_workers:
+            raise SpecError(
+                "Resources.node_ids",
+                f"needs one node per worker: {len(self.node_ids)} ids for {self.num_workers} workers",
+            )
+        if self.device == "cuda" and self.gpus_per_worker <= 0:
+            raise SpecError("Resources.device", "device='cuda' needs gpus_per_worker > 0")
+
+    def per_worker(self) -> dict[str, float]:
+        res: dict[str, float] = {"CPU": self.cpus_per_worker}
+        if self.gpus_per_worker > 0:
+            res["GPU"] = self.gpus_per_worker
+        if self.memory_per_worker:
+            res["memory"] = float(self.memory_per_worker)
+        return res
+
+
+@ray.remote(num_cpus=0)
+class RunControl:
+    """Per-run mailbox: metrics in from rank 0, a stop request in from the driver."""
+
+    def __init__(self) -> None:
+        self._stop = False
+        self._stop_time: float | None = None
+        self._history: dict[int, dict[str, Any]] = {}
+
+    def request_stop(self) -> float:
+        if not self._stop:
+            self._stop, self._stop_time = True, time.time()
+        assert self._stop_time is not None
+        return self._stop_time
+
+    def heartbeat(self, run_id: str, metrics: list[dict[str, Any]]) -> bool:
+        for m in metrics:  # a restarted worker group may resend steps: keep the latest
+            self._history[int(m["step"])] = m
+        return self._stop
+
+    def history(self) -> list[dict[str, Any]]:
+        return [self._history[k] for k in sorted(self._history)]
+
+    def latest(self) -> dict[str, Any] | None:
+        return self._history[max(self._history)] if self._history else None
+
+
+@dataclass(kw_only=True)
+class RunResult:
+    spec_name: str
+    plan: Plan
+    run_id: str
+    start_step: int
+    final_step: int
+    finished: bool  # reached the job's total_steps
+    checkpoint: str | None  # directory of the last checkpoint
+    history: list[dict[str, Any]] = field(default_factory=list)
+    wall_s: float = 0.0
+    stop_requested_at: float | None = None
+
+    @property
+    def losses(self) -> list[float]:
+        return [m["loss"] for m in self.history]
+
+    def mean_samples_per_s(self, skip: int = 1) -> float:
+        """Samples/s over the run's steps, skipping the first `skip` (warm-up) steps."""
+        steps = self.history[skip:] or self.history
+        if not steps:
+            return 0.0
+        return sum(m["samples_per_s"] * m["step_time_s"] for m in steps) / sum(
+            m["step_time_s"] for m in steps
+        )
+
+
+_cuda_probe: dict[float, bool] = {}
+
+
+def _workers_have_cuda(gpus: float) -> bool:
+    """Whether a worker granted `gpus` GPUs sees CUDA (cached per process)."""
+    if gpus not in _cuda_probe:
+
+        @ray.remote(num_cpus=0, num_gpus=gpus)
+        def probe() -> bool:
+            import torch
+
+            return bool(torch.cuda.is_available())
+
+        _cuda_probe[gpus] = bool(ray.get(probe.remote(), timeout=120))
+    return _cuda_probe[gpus]
+
+
+class RunHandle:
+    """A launched run: `stop()` asks it to checkpoint and stop; `result()` waits for it."""
+
+    def __init__(self, *, spec: JobSpec, plan: Plan, resources: Resources,
+                 checkpoint: str | None, stop_at_step: int | None, run_id: str | None,
+                 max_failures: int) -> None:
+        self.spec, self.plan, self.resources = spec, plan, resources
+        self.run_id = run_id or f"{spec.name}-{uuid.uuid4().hex[:8]}"
+        self.start_step = _checkpoint_step(checkpoint)
+        use_cuda = resources.device == "cuda" or (
+            resources.device == "auto"
+            and resources.gpus_per_worker > 0
+            and _workers_have_cuda(resources.gpus_per_worker)
+        )
+        self.control = RunControl.options(  # type: ignore[attr-defined]
+            name=f"tidal-run-{self.run_id}", namespace="tidal"
+        ).remote()
+        worker = WorkerConfig(
+            spec=spec, plan=plan, run_id=self.run_id, resume_from=checkpoint,
+            stop_at_step=stop_at_step, control=self.control, use_cuda=use_cuda,
+            threads_per_worker=max(1, int(resources.cpus_per_worker)),
+        )
+        self._trainer = _make_trainer(worker, resources, use_cuda, max_failures)
+        self._result: RunResult | None = None
+        self._error: BaseException | None = None
+        self._stop_time: float | None = None
+        self._t0 = time.time()
+        self._thread = threading.Thread(target=self._fit, name=f"tidal-{self.run_id}", daemon=True)
+        self._thread.start()
+
+    def _fit(self) -> None:
+        try:
+            result = self._trainer.fit()
+            history = ray.get(self.control.history.remote())
+            final = int(history[-1]["step"]) if history else self.start_step
+            ckpt = result.checkpoint.path if result.checkpoint is not None else None
+            self._result = RunResult(
+                spec_name=self.spec.name, plan=self.plan, run_id=self.run_id,
+                start_step=self.start_step, final_step=final,
+                finished=final >= self.spec.total_steps, checkpoint=ckpt, history=history,
+                wall_s=time.time() - self._t0, stop_requested_at=self._stop_time,
+            )
+        except BaseException as e:  # surfaced by result()
+            self._error = e
+        finally:
+            ray.kill(self.control)
+
+    def stop(self) -> None:
+        """Ask the run to stop after the current step, with a checkpoint. Returns at once."""
+        if self._stop_time is None and self._thread.is_alive():
+            self._stop_time = ray.get(self.control.request_stop.remote())
+
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def progress(self) -> dict[str, Any] | None:
+        """The latest step's metrics, or None before the first step."""
+        if self.done():
+            return self._result.history[-1] if self._result and self._result.history else None
+        try:
+            latest: dict[str, Any] | None = ray.get(self.control.latest.remote(), timeout=10)
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            return None
+        return latest
+
+    def result(self, timeout: float | None = None) -> RunResult:
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise TimeoutError(f"run {self.run_id} still running after {timeout} s")
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+
+def _checkpoint_step(checkpoint: str | None) -> int:
+    if checkpoint is None:
+        return 0
+    from tidal.jobs.checkpoint import read_meta
+
+    return int(read_meta(checkpoint)["step"])
+
+
+def _make_trainer(worker: WorkerConfig, resources: Resources, use_cuda: bool,
+                  max_failures: int) -> Any:
+    # Train V2's classes (what `ray.train` re-exports when V2 is on, the 2.60 default).
+    from ray.train.torch import TorchConfig, TorchTrainer
+    from ray.train.v2.api.config import FailureConfig, RunConfig, ScalingConfig
+
+    label_selector = (
+        [{"ray.io/node-id": n} for n in resources.node_ids] if resources.node_ids else None
+    )
+    scaling = ScalingConfig(
+        num_workers=resources.num_workers,
+        use_gpu=resources.gpus_per_worker > 0,
+        resources_per_worker=resources.per_worker(),
+        placement_strategy="PACK",
+        label_selector=label_selector,
+    )
+    storage = storage_root()
+    storage.mkdir(parents=True, exist_ok=True)
+    return TorchTrainer(
+        train_loop_per_worker=train_loop,
+        train_loop_config={"worker": worker},
+        scaling_config=scaling,
+        torch_config=TorchConfig(backend="nccl" if use_cuda else "gloo"),
+        run_config=RunConfig(  # type: ignore[arg-type]  # V2 trainer, V1-typed signature
+            name=worker.run_id,
+            storage_path=str(storage),
+            failure_config=FailureConfig(max_failures=max_failures),
+        ),
+    )
+
+
+def launch(spec: JobSpec, plan: Plan, resources: Resources, checkpoint: str | None = None, *,
+           stop_at_step: int | None = None, run_id: str | None = None,
+           max_failures: int = 0) -> RunHandle:
+    """Start a run in the background. All validation happens here, before anything starts."""
+    spec.check_plan(plan)
+    if resources.num_workers != plan.dp:
+        raise PlanError(
+            "Resources.num_workers",
+            f"plan {plan.short()} needs {plan.dp} workers, resources give {resources.num_workers}",
+        )
+    start = _checkpoint_step(checkpoint)
+    if start >= spec.total_steps:
+        raise SpecError(
+            "checkpoint", f"checkpoint is at step {start}: the job ({spec.total_steps} steps) is done"
+        )
+    if stop_at_step is not None and not start < stop_at_step:
+        raise SpecError("stop_at_step", f"must be > the checkpoint's step {start}, got {stop_at_step}")
+    if not ray.is_initialized():
+        ray.init()
+    return RunHandle(spec=spec, plan=plan, resources=resources, checkpoint=checkpoint,
+                     stop_at_step=stop_at_step, run_id=run_id, max_failures=max_failures)
+
+
+def run(spec: JobSpec, plan: Plan, resources: Resources, checkpoint: str | None = None, *,
+        stop_at_step: int | None = None, run_id: str | None = None,
+        max_failures: int = 0) -> RunResult:
+    """Run to the end (or to `stop_at_step`) and return the result."""
+    return launch(spec, plan, resources, checkpoint, stop_at_step=stop_at_step, run_id=run_id,
+                  max_failures=max_failures).result()

@@ -1,0 +1,2 @@
+"""Ray Serve deployments, traffic replay and the loan manager (what Serve can lend).
+"""
