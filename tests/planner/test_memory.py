@@ -1,0 +1,70 @@
+"""The memory model's model-state formulas against DeepSpeed's own estimator functions."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
+from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
+
+from tidal.jobs import Plan
+from tidal.planner.memory import ModelStats, activation_bytes, estimate, infeasibility, model_state_bytes
+
+PSI, LAYER = 1_558_611_200, 65_536_000  # a GPT-2 1.5B-sized model
+
+
+@pytest.mark.parametrize("gpus_per_node,nodes", [(1, 1), (4, 1), (8, 1), (8, 2), (4, 4)])
+@pytest.mark.parametrize("offload", [False, True])
+def test_zero2_matches_deepspeed(gpus_per_node: int, nodes: int, offload: bool) -> None:
+    n = gpus_per_node * nodes
+    ds_cpu, ds_gpu = estimate_zero2_model_states_mem_needs(
+        PSI, num_gpus_per_node=gpus_per_node, num_nodes=nodes, cpu_offload=offload)
+    plan = Plan(dp=n, zero_stage=2, offload_optimizer=offload)
+    gpu, host = model_state_bytes(plan, PSI, LAYER, gpus_per_node=gpus_per_node, nodes=nodes)
+    assert gpu == ds_gpu
+    assert int(host) == ds_cpu
+
+
+@pytest.mark.parametrize("gpus_per_node,nodes", [(1, 1), (4, 1), (8, 1), (8, 2), (4, 4)])
+@pytest.mark.parametrize("offload_opt,offload_param", [(False, False), (True, False), (True, True)])
+def test_zero3_matches_deepspeed(gpus_per_node: int, nodes: int, offload_opt: bool,
+                                 offload_param: bool) -> None:
+    n = gpus_per_node * nodes
+    ds_cpu, ds_gpu, _ = estimate_zero3_model_states_mem_needs(
+        PSI, LAYER, num_gpus_per_node=gpus_per_node, num_nodes=nodes, cpu_offload=offload_opt,
+        cpu_offload_params=offload_param, zero_init=True)
+    plan = Plan(dp=n, zero_stage=3, offload_optimizer=offload_opt, offload_param=offload_param)
+    gpu, host = model_state_bytes(plan, PSI, LAYER, gpus_per_node=gpus_per_node, nodes=nodes)
+    assert gpu == ds_gpu
+    assert int(host) == ds_cpu
+
+
+def test_stages_order_and_zero_stage_1() -> None:
+    """More partitioning never costs GPU memory, on DeepSpeed's accounting (fp32 grads counted)."""
+    for n in (1, 2, 8, 64):
+        mems = [model_state_bytes(Plan(dp=n, zero_stage=s), PSI, LAYER, gpus_per_node=8, nodes=1)[0]
+                for s in (0, 1, 2, 3)]
+        assert mems[0] == 20 * PSI
+        assert mems[1] == 4 * PSI + 16 * PSI / n
+        assert all(a >= b for a, b in itertools.pairwise(mems))
+
+
+def test_activations_and_feasibility() -> None:
+    stats = ModelStats(params=PSI, largest_layer_params=LAYER, n_layer=48,
+                       act_bytes_per_sample=2e9, const_bytes=1e9)
+    plain = Plan(dp=8, zero_stage=2, micro_batch=4)
+    ckpt = Plan(dp=8, zero_stage=2, micro_batch=4, activation_checkpointing=True)
+    assert activation_bytes(plain, stats) == 8e9
+    assert activation_bytes(ckpt, stats) == pytest.approx(8e9 * 2 / 48)
+    est = estimate(plain, stats, gpus_per_node=8, nodes=1)
+    assert est.gpu_peak == pytest.approx(2 * PSI + int(18 * PSI / 8) + 8e9 + 1e9)
+    gib = float(1 << 30)
+    assert infeasibility(plain, stats, gpu_bytes=80 * gib, host_bytes_per_node=1e12,
+                         gpus_per_node=8, nodes=1) is None
+    reason = infeasibility(Plan(dp=1, zero_stage=0, micro_batch=4), stats, gpu_bytes=32 * gib,
+                           host_bytes_per_node=1e12, gpus_per_node=1, nodes=1)
+    assert reason is not None and reason.startswith("GPU memory")
+    reason = infeasibility(Plan(dp=1, zero_stage=2, offload_optimizer=True, micro_batch=1), stats,
+                           gpu_bytes=80 * gib, host_bytes_per_node=16 * gib, gpus_per_node=1, nodes=1)
+    assert reason is not None and reason.startswith("host memory")
