@@ -11,6 +11,8 @@ update is the gradient of the mean loss over the same B samples under every plan
 reported for step k is that same global mean: mean_m(loss_m) all-reduced over ranks / dp.
 The all-reduce also carries the stop flag (rank 0 polls the run's control actor without
 blocking), so stopping costs no extra collective and all ranks stop after the same step.
+Rank 0 sends the per-step metrics to the control actor in batches, at most one call in flight
+and one per `heartbeat_s`: on a busy host every actor call takes CPU from training.
 """
 
 from __future__ import annotations
@@ -105,6 +107,7 @@ class WorkerConfig:
     control: Any  # ActorHandle of the run's RunControl
     use_cuda: bool
     threads_per_worker: int
+    heartbeat_s: float = 1.0  # rank 0 sends buffered metrics (and learns of a stop) this often
 
 
 def _poll(pending: Any) -> tuple[bool, bool]:
@@ -159,6 +162,7 @@ def train_loop(config: dict[str, Any]) -> None:
     stop_requested = False
     flag = torch.zeros(2, dtype=torch.float32, device=device)
     wall0 = time.time()
+    last_beat = -float("inf")
     step = start
     while step < end:
         t0 = time.perf_counter()
@@ -182,9 +186,9 @@ def train_loop(config: dict[str, Any]) -> None:
         }
         if rank == 0:
             buffered.append(metrics)
-            if pending is None:
+            if pending is None and time.monotonic() - last_beat >= cfg.heartbeat_s:
                 pending = cfg.control.heartbeat.remote(cfg.run_id, buffered)
-                buffered = []
+                buffered, last_beat = [], time.monotonic()
         last = step >= end or stop_now
         if last or step % spec.checkpoint_every == 0:
             _report_with_checkpoint(engine, spec, plan, step, rank, metrics, extra, wall0)
