@@ -1,0 +1,87 @@
+"""The performance model: formulas, fit, sample selection, and the Rubick trace readers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tidal.planner import traces
+from tidal.planner.perfmodel import Hardware, PlanPoint, Sample, Theta, Workload, fit, predict
+from tidal.planner.selection import family, select
+
+HW = Hardware()
+WORK = Workload(params=350e6, global_batch=32, seq_hid=1024 * 512 * 24)
+TRUE = Theta(k_fwd=4e-3, k_fwd0=5e-3, k_bwd=2.1, gamma=3.0, k_opt=1e-10, k_cpu=3e-9, k_off=0.01,
+             k_const=0.004, eta=0.3, eta_x=0.05, k_mp=1.3, k_tp=0.8, k_pp=0.004)
+RUBICK = Path(__file__).resolve().parents[3] / "shared" / "traces" / "rubick"
+
+
+def _points() -> list[PlanPoint]:
+    pts = []
+    for shape in [(1,), (2,), (4,), (8,), (4, 4), (2, 2, 2, 2), (8, 8)]:
+        n = sum(shape)
+        pts += [PlanPoint(gpus_per_node=shape, dp=n),
+                PlanPoint(gpus_per_node=shape, dp=n, act_ckpt=True),
+                PlanPoint(gpus_per_node=shape, dp=n, zero_stage=2),
+                PlanPoint(gpus_per_node=shape, dp=n, zero_stage=2, offload=True, cpu_threads=4)]
+    pts += [PlanPoint(gpus_per_node=(8, 8), dp=2, tp=8, pp=1),
+            PlanPoint(gpus_per_node=(8, 8), dp=1, tp=8, pp=2),
+            PlanPoint(gpus_per_node=(4, 4), dp=2, tp=2, pp=2)]
+    return pts
+
+
+def _sample(p: PlanPoint) -> Sample:
+    b = predict(TRUE, WORK, p, HW)
+    return Sample(point=p, iter_s=b.iter, fwd_s=b.fwd or None, sync_s=b.sync, opt_s=b.opt)
+
+
+def test_formulas_behave() -> None:
+    one = predict(TRUE, WORK, PlanPoint(gpus_per_node=(1,), dp=1), HW)
+    eight = predict(TRUE, WORK, PlanPoint(gpus_per_node=(8,), dp=8), HW)
+    split = predict(TRUE, WORK, PlanPoint(gpus_per_node=(4, 4), dp=8), HW)
+    ckpt = predict(TRUE, WORK, PlanPoint(gpus_per_node=(8,), dp=8, act_ckpt=True), HW)
+    z2 = predict(TRUE, WORK, PlanPoint(gpus_per_node=(8,), dp=8, zero_stage=2), HW)
+    assert eight.fwd == pytest.approx(TRUE.k_fwd * 4 + TRUE.k_fwd0)
+    assert eight.iter < one.iter  # more GPUs, less per-GPU work
+    assert split.iter > eight.iter  # crossing nodes costs bandwidth
+    assert ckpt.iter > eight.iter  # recomputing the forward costs time
+    assert z2.opt < eight.opt + 0.5 * eight.opt  # optimizer sharded, plus an all-gather
+    with pytest.raises(ValueError):
+        PlanPoint(gpus_per_node=(4,), dp=2)  # dp·tp·pp must equal the GPUs placed
+
+
+def test_fit_recovers_predictions_from_eight_samples() -> None:
+    pts = _points()
+    chosen = select(pts, lambda p: p, 8)
+    assert len(chosen) == 8
+    f = fit([_sample(p) for p in chosen], WORK, HW)
+    assert f.mape < 0.02
+    held_out = [p for p in pts if p not in chosen]
+    errs = [abs(f.predict(WORK, p, HW).iter - predict(TRUE, WORK, p, HW).iter)
+            / predict(TRUE, WORK, p, HW).iter for p in held_out]
+    assert sum(errs) / len(errs) < 0.05, max(errs)
+
+
+def test_selection_covers_every_family_first() -> None:
+    pts = _points()
+    chosen = select(pts, lambda p: p, 5)
+    assert {family(p) for p in chosen} == {family(p) for p in pts}
+    assert len({p.n for p in chosen}) >= 3  # and spreads the sizes
+
+
+def test_rubick_tables_decode() -> None:
+    assert RUBICK.exists(), f"{RUBICK}: the shared traces lie beside the checkout"
+    rows = traces.placements(RUBICK, "gpt2")
+    assert len(rows) == 74
+    r = next(r for r in rows if r.exec_plan == "251")
+    assert (r.sample.point.pp, r.sample.point.tp, r.sample.point.dp) == (2, 5, 1)
+    assert r.sample.point.gpus_per_node == (5, 5)
+    ga8 = next(r for r in rows if r.exec_plan == "ga" and r.placement == "8")
+    assert ga8.sample.fwd_s == pytest.approx(0.1459, rel=1e-3)  # milliseconds → seconds
+    vit = traces.placements(RUBICK, "vit")
+    assert all(r.sample.opt_s is not None and r.sample.opt_s < 1.0 for r in vit)  # seconds already
+    assert len(traces.profile_rows(RUBICK, "bert")) == 7
+    assert traces.workload(RUBICK, "bert").params == pytest.approx(336_297_858, rel=1e-6)
+    with pytest.raises(ValueError):
+        traces.decode_plan("251", (5, 4))

@@ -1,0 +1,61 @@
+"""Which few configurations to profile so that the performance model's fit is well-posed.
+
+Greedy coverage: each candidate carries features (plan family; family × single/multi-node; GPU
+count; accumulation count; family × GPU count; tensor and pipeline degrees; data-parallel
+degree). Repeatedly take the candidate that adds the most (weighted) features not yet covered;
+ties go to the one whose GPU count and accumulation count are farthest, in log scale, from
+those already chosen (the families share the per-sample compute constant, and the fit needs
+the spread to tell per-sample from per-micro-batch and constant costs), then to fewer nodes,
+then to more GPUs: the shapes jobs actually run on (a full node, two full nodes) teach the
+model more than the cheapest ones. Families are covered before sizes, so the fit sees every
+kind of term (offload, checkpointing, ZeRO all-gathers, cross-node traffic, 3D) at least once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from tidal.planner.perfmodel import PlanPoint
+
+T = TypeVar("T")
+
+
+def family(p: PlanPoint) -> str:
+    if p.tp > 1 or p.pp > 1:
+        return "3d"
+    kind = f"z{p.zero_stage}" + ("o" if p.offload else "")
+    return kind + ("-ac" if p.act_ckpt else "")
+
+
+def features(p: PlanPoint) -> set[tuple[object, ...]]:
+    f = family(p)
+    out: set[tuple[object, ...]] = {("family", f), ("span", f, p.nodes > 1), ("n", f, p.n),
+                                    ("size", p.n), ("accum", p.grad_accum)}
+    if f == "3d":
+        out |= {("tp", p.tp), ("pp", p.pp), ("dp3d", p.dp)}
+    return out
+
+
+def select(candidates: Sequence[T], point: Callable[[T], PlanPoint], k: int = 8) -> list[T]:
+    chosen: list[T] = []
+    covered: set[tuple[object, ...]] = set()
+    weights = {"family": 100, "size": 20, "accum": 20, "span": 10, "tp": 5, "pp": 5, "dp3d": 3, "n": 1}
+    remaining = list(candidates)
+    sizes: list[tuple[int, int]] = []
+
+    def gain(c: T) -> tuple[int, float, int, int]:
+        p = point(c)
+        new = features(p) - covered
+        spread = min((abs(math.log2(p.n) - math.log2(m)) + abs(math.log2(p.grad_accum) - math.log2(g))
+                      for m, g in sizes), default=math.inf)
+        return sum(weights[str(f[0])] for f in new), spread, -p.nodes, p.n
+
+    while remaining and len(chosen) < k:
+        best = max(remaining, key=gain)
+        chosen.append(best)
+        covered |= features(point(best))
+        sizes.append((point(best).n, point(best).grad_accum))
+        remaining.remove(best)
+    return chosen
