@@ -4,18 +4,114 @@
 8) chosen by `tidal.planner.selection` from that model's profile and placement rows, predict
 the iteration time of every other measured row, print a per-model table and, last,
 `perfmodel_mape: X` (mean over models of the mean absolute percentage error).
+
+--measurements FILE.csv: single-GPU rows with the columns
+model,params,zero_stage,offload,act_ckpt,micro_batch,seq,step_s,tokens_per_s,peak_alloc_gib,status
+(global batch = tokens_per_s · step_s / seq). Per model, fit the performance model and the
+memory model's fitted terms on at most --fit-rows `ok` rows (default 3, chosen by the same
+selection), predict every other row, and print `perfmodel_mape` (step time of ok rows),
+`memory_mape` (peak memory of ok rows) and last `feasibility_accuracy` (predicted oom — peak
+above --device-mem-gib — against the status, over all rows).
+
+Memory fit: `tidal.planner.memory.fit_memory` (activation and constant terms, least squares).
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from tidal.jobs import Plan
 from tidal.planner import traces
-from tidal.planner.perfmodel import Hardware, fit
+from tidal.planner.memory import estimate, fit_memory
+from tidal.planner.perfmodel import Hardware, PlanPoint, Sample, Workload, fit
 from tidal.planner.selection import family, select
+
+# (hidden, layers) of the GPT-2 family (vocabulary 50257); the largest layer is the embedding.
+GPT2 = {"gpt2-124m": (768, 12), "gpt2-355m": (1024, 24), "gpt2-774m": (1280, 36), "gpt2-1.5b": (1600, 48)}
+
+
+@dataclass(frozen=True)
+class Row:
+    model: str
+    params: int
+    plan: Plan
+    seq: int
+    batch: int
+    step_s: float
+    peak: float  # bytes
+    status: str
+
+    @property
+    def point(self) -> PlanPoint:
+        return PlanPoint(gpus_per_node=(1,), dp=1, zero_stage=self.plan.zero_stage,
+                         offload=self.plan.offload_optimizer, act_ckpt=self.plan.activation_checkpointing,
+                         grad_accum=self.plan.grad_accum, cpu_threads=1)
+
+
+def _layers(model: str, params: int) -> tuple[int, int]:
+    """(layers, largest-layer parameters) from the model name."""
+    if model in GPT2:
+        d, layers = GPT2[model]
+        return layers, 50257 * d
+    m = re.match(r"tinygpt-d(\d+)-l(\d+)", model)
+    if m:
+        d, layers = int(m.group(1)), int(m.group(2))
+        return layers, 8 * d * d
+    return 12, params // 12
+
+
+def read_rows(path: Path) -> list[Row]:
+    out = []
+    with path.open() as f:
+        for r in csv.DictReader(f):
+            mb, seq = int(r["micro_batch"]), int(r["seq"])
+            ok = r["status"] == "ok"
+            step = float(r["step_s"]) if r["step_s"] else 0.0
+            batch = round(float(r["tokens_per_s"]) * step / seq) if ok else mb
+            batch = max(batch, mb)
+            plan = Plan(dp=1, zero_stage=int(r["zero_stage"]), offload_optimizer=r["offload"] == "cpu",
+                        activation_checkpointing=r["act_ckpt"] in ("1", "True", "true"),
+                        micro_batch=mb, grad_accum=max(1, batch // mb))
+            peak = float(r["peak_alloc_gib"]) * 2**30 if r["peak_alloc_gib"] else 0.0
+            out.append(Row(r["model"], int(float(r["params"])), plan, seq, batch, step, peak, r["status"]))
+    return out
+
+
+def measurements(path: Path, fit_rows: int, precision: str, device_gib: float) -> tuple[float, float, float]:
+    rows = read_rows(path)
+    hw = Hardware(cpu_threads_per_gpu=1)
+    step_apes: list[float] = []
+    mem_apes: list[float] = []
+    correct = total = 0
+    print(f"{'model':<16}{'rows':>5}{'fit':>4}{'step MAPE':>11}{'mem MAPE':>10}{'feasible acc':>14}")
+    for model in sorted({r.model for r in rows}):
+        mine = [r for r in rows if r.model == model]
+        ok = [r for r in mine if r.status == "ok"]
+        chosen = select(ok, lambda r: r.point, fit_rows)
+        params, batch = mine[0].params, ok[0].batch if ok else mine[0].batch
+        work = Workload(params=params, global_batch=batch, grad_bytes=2 if precision == "bf16" else 4)
+        perf = fit([Sample(point=r.point, iter_s=r.step_s) for r in chosen], work, hw)
+        layers, largest = _layers(model, params)
+        stats = fit_memory([(r.plan, r.peak) for r in chosen], params=params, largest_layer_params=largest,
+                           n_layer=layers, precision=precision)  # type: ignore[arg-type]
+        peaks = {id(r): estimate(r.plan, stats, gpus_per_node=1, nodes=1,
+                                 precision=precision).gpu_peak for r in mine}  # type: ignore[arg-type]
+        test = [r for r in ok if r not in chosen]
+        s_apes = [abs(perf.predict(work, r.point, hw).iter - r.step_s) / r.step_s for r in test]
+        m_apes = [abs(peaks[id(r)] - r.peak) / r.peak for r in test]
+        hits = [(peaks[id(r)] > device_gib * 2**30) == (r.status == "oom") for r in mine]
+        step_apes += s_apes
+        mem_apes += m_apes
+        correct, total = correct + sum(hits), total + len(hits)
+        print(f"{model:<16}{len(mine):>5}{len(chosen):>4}{100 * np.mean(s_apes):>10.1f}%"
+              f"{100 * np.mean(m_apes):>9.1f}%{100 * sum(hits) / len(hits):>13.1f}%")
+    return float(np.mean(step_apes)), float(np.mean(mem_apes)), correct / total
 
 
 def rubick(root: Path, fit_rows: int, verbose: bool) -> float:
@@ -48,13 +144,22 @@ def rubick(root: Path, fit_rows: int, verbose: bool) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--rubick", type=Path, help="directory of the Rubick artifact tables")
+    ap.add_argument("--measurements", type=Path, help="CSV of single-GPU measurements")
     ap.add_argument("--fit-rows", type=int, default=None)
+    ap.add_argument("--precision", choices=["bf16", "fp32"], default="bf16")
+    ap.add_argument("--device-mem-gib", type=float, default=80.0)
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
     if args.rubick:
         print(f"perfmodel_mape: {rubick(args.rubick, args.fit_rows or 8, args.verbose):.4f}")
+    elif args.measurements:
+        step, mem, feas = measurements(args.measurements, args.fit_rows or 3, args.precision,
+                                       args.device_mem_gib)
+        print(f"perfmodel_mape: {step:.4f}")
+        print(f"memory_mape: {mem:.4f}")
+        print(f"feasibility_accuracy: {feas:.4f}")
     else:
-        ap.error("give --rubick DIR")
+        ap.error("give --rubick DIR or --measurements FILE.csv")
 
 
 if __name__ == "__main__":

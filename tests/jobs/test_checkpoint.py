@@ -59,11 +59,12 @@ def _train(spec: Any, plan: Plan, start: int, steps: int,
 
 def test_every_stage_resumes_every_other(dist_world_of_one: None, tmp_path: Path) -> None:
     spec = tiny_gpt_spec(weight_decay=0.1)
-    reference, _ = _train(spec, Plan(dp=1, zero_stage=0, micro_batch=8), 0, 12, None)
+    reference, _ = _train(spec, Plan(dp=1, zero_stage=0, micro_batch=8), 0, 15, None)
     chain = [
         Plan(dp=1, zero_stage=1, micro_batch=4, grad_accum=2),
         Plan(dp=1, zero_stage=3, micro_batch=2, grad_accum=4, activation_checkpointing=True),
         Plan(dp=1, zero_stage=2, offload_optimizer=True, micro_batch=8),
+        Plan(dp=1, zero_stage=3, offload_optimizer=True, offload_param=True, micro_batch=4, grad_accum=2),
         Plan(dp=1, zero_stage=0, micro_batch=1, grad_accum=8),
     ]
     losses: list[float] = []
@@ -73,8 +74,8 @@ def test_every_stage_resumes_every_other(dist_world_of_one: None, tmp_path: Path
         losses += seg
         state.save(tmp_path / f"seg{i}")  # and through the file format
         state = TrainState.load(tmp_path / f"seg{i}")
-    assert state is not None and state.step == 12 and state.adam_step == 12
-    assert read_meta(tmp_path / "seg3")["step"] == 12
+    assert state is not None and state.step == 15 and state.adam_step == 15
+    assert read_meta(tmp_path / "seg4")["step"] == 15
     for k, (a, b) in enumerate(zip(reference, losses, strict=True)):
         assert abs(a - b) / abs(a) <= 1e-5, f"step {k}: {a} vs {b}"
     assert losses[-1] < losses[0]

@@ -133,7 +133,8 @@ def test_tensor_parallel_plan_is_not_runnable() -> None:
 
 
 def test_plans_for_enumerates_allowed_space() -> None:
-    spec = _spec(plans=PlanSpace(zero_stages=(1, 2), activation_checkpointing=(False,)))
+    spec = _spec(plans=PlanSpace(zero_stages=(1, 2), activation_checkpointing=(False,),
+                                 offload_param=(False,)))
     plans = plans_for(spec, 2)
     # per-worker batch 4 → micro-batches 1, 2, 4; stage 1: no offload; stage 2: with/without
     assert len(plans) == 3 * (1 + 2)

@@ -68,3 +68,19 @@ def test_activations_and_feasibility() -> None:
     reason = infeasibility(Plan(dp=1, zero_stage=2, offload_optimizer=True, micro_batch=1), stats,
                            gpu_bytes=80 * gib, host_bytes_per_node=16 * gib, gpus_per_node=1, nodes=1)
     assert reason is not None and reason.startswith("host memory")
+
+
+def test_fit_memory_recovers_activation_terms() -> None:
+    from tidal.planner.memory import fit_memory
+
+    truth = ModelStats(params=10**8, largest_layer_params=10**7, n_layer=12,
+                       act_bytes_per_sample=3e8, ckpt_keep=0.05, const_bytes=7e8)
+    plans = [Plan(dp=1, zero_stage=s, micro_batch=mb, activation_checkpointing=ac)
+             for s, mb, ac in [(0, 2, False), (2, 8, False), (3, 4, True), (1, 16, True)]]
+    samples = [(p, estimate(p, truth, gpus_per_node=1, nodes=1).gpu_peak) for p in plans]
+    got = fit_memory(samples, params=10**8, largest_layer_params=10**7, n_layer=12)
+    assert got.act_bytes_per_sample == pytest.approx(3e8, rel=1e-6)
+    assert got.ckpt_keep == pytest.approx(0.05, rel=1e-6)
+    assert got.const_bytes == pytest.approx(7e8, rel=1e-6)
+    only_plain = fit_memory(samples[:2], params=10**8, largest_layer_params=10**7, n_layer=12)
+    assert only_plain.ckpt_keep == pytest.approx(1 / 12)  # the default: one layer's worth

@@ -127,7 +127,7 @@ class PlanSpace:
 
     zero_stages: tuple[int, ...] = ZERO_STAGES
     offload_optimizer: tuple[bool, ...] = (False, True)
-    offload_param: tuple[bool, ...] = (False,)
+    offload_param: tuple[bool, ...] = (False, True)
     activation_checkpointing: tuple[bool, ...] = (False, True)
     micro_batches: tuple[int, ...] | None = None
 

@@ -134,3 +134,37 @@ def infeasibility(plan: Plan, stats: ModelStats, *, gpu_bytes: float, host_bytes
         return (f"host memory: needs {est.host_bytes / gib:.2f} GiB per node, "
                 f"has {host_bytes_per_node / gib:.2f}")
     return None
+
+
+def fit_memory(samples: list[tuple[Plan, float]], *, params: int, largest_layer_params: int,
+               n_layer: int, gpus_per_node: int = 1, nodes: int = 1,
+               precision: Precision = "bf16") -> ModelStats:
+    """Fit the activation and constant terms to measured peaks (least squares).
+
+        peak − model_states(plan) = const + a·mb              without checkpointing
+                                  = const + a·(1/L + c)·mb    with checkpointing
+
+    solved as const, a, a_ckpt = a·(1/L + c). With no checkpointed sample c defaults to 1/L;
+    with only checkpointed samples a is taken as a_ckpt·L/2.
+    """
+    import numpy as np
+
+    if not samples:
+        raise ValueError("fit_memory needs at least one (plan, peak bytes) sample")
+    rows, ys = [], []
+    for plan, peak in samples:
+        states, _ = model_state_bytes(plan, params, largest_layer_params, gpus_per_node=gpus_per_node,
+                                      nodes=nodes, precision=precision)
+        ac = plan.activation_checkpointing
+        rows.append([1.0, 0.0 if ac else plan.micro_batch, plan.micro_batch if ac else 0.0])
+        ys.append(peak - states)
+    x = np.array(rows)
+    const, a, a_ckpt = (float(v) for v in np.linalg.lstsq(x, np.array(ys), rcond=None)[0])
+    inv_l = 1.0 / max(1, n_layer)
+    if not x[:, 2].any():
+        a_ckpt = a * 2 * inv_l
+    if not x[:, 1].any():
+        a = a_ckpt / (2 * inv_l)
+    keep = a_ckpt / a - inv_l if a > 0 else inv_l
+    return ModelStats(params=params, largest_layer_params=largest_layer_params, n_layer=n_layer,
+                      act_bytes_per_sample=max(a, 0.0), ckpt_keep=keep, const_bytes=const)

@@ -1,0 +1,46 @@
+"""The profiler on a real local Ray cluster: real DeepSpeed engines, fresh processes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import tiny_gpt_spec
+from tidal.jobs import Plan
+from tidal.planner.fitting import fit_job, sample_plans
+from tidal.planner.planner import packed, rank_plans
+from tidal.planner.profiler import profile
+
+pytestmark = pytest.mark.integration
+
+
+def test_profile_fit_and_rank(ray_cluster: Any, tmp_path: Path) -> None:
+    spec = tiny_gpt_spec(global_batch=16, max_gpus=2)
+    plans = [Plan(dp=1, zero_stage=0, micro_batch=16), Plan(dp=1, zero_stage=3, micro_batch=4, grad_accum=4),
+             Plan(dp=1, zero_stage=2, offload_optimizer=True, activation_checkpointing=True, micro_batch=8,
+                  grad_accum=2)]
+    records = profile(spec, plans, cache=tmp_path, progress=False)
+    assert [r.plan for r in records] == plans
+    for r in records:
+        assert r.status == "ok", r.status
+        assert 0 < r.fwd_s < r.iter_s and r.bwd_s > 0 and r.opt_s > 0
+        assert r.fwd_s + r.bwd_s + r.opt_s <= r.iter_s * 1.01
+        assert r.peak_bytes > 0
+    again = profile(spec, plans, cache=tmp_path, progress=False)  # served from the cache
+    assert again == records
+    fitted = fit_job(spec, records, gpus_per_node=2)
+    assert fitted.perf.mape < 0.5
+    ranked = rank_plans(spec, fitted.model, packed(1, 2))
+    assert ranked and all(c.plan.dp == 1 for c in ranked)
+    assert ranked[0].samples_per_s >= ranked[-1].samples_per_s
+
+
+def test_sample_plans_cover_families_within_budget() -> None:
+    spec = tiny_gpt_spec(global_batch=16, max_gpus=2)
+    plans = sample_plans(spec, 2, 6, gpus_per_node=2)
+    assert len(plans) == 6
+    # 12 families (stage × offload × checkpointing) exceed the budget: six distinct ones
+    assert len({(p.zero_stage, p.offload_optimizer, p.activation_checkpointing) for p in plans}) == 6
+    assert {p.dp for p in plans} == {1, 2}

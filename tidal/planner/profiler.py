@@ -1,0 +1,214 @@
+"""Profile a job for a few steps under sample plans, on real DeepSpeed engines in Ray.
+
+Each plan runs in a fresh process (STACK-NOTES: engines built one after another in one
+process keep memory alive, so later peak readings would be wrong): a Ray task that exits
+after one call for dp = 1, a Ray Train `TorchTrainer` for dp > 1. Every step is timed in parts:
+
+    forward   Σ over micro-batches of loss(model, batch)
+    backward  Σ of engine.backward (gradient reduction under ZeRO-2/3 happens in its hooks)
+    optimizer the engine.step at the accumulation boundary (clip, Adam, ZeRO all-gather)
+    iteration the whole step
+
+after `warmup` unmeasured steps; the median over measured steps is kept. Peak memory is
+`torch.cuda.max_memory_allocated()` on a GPU; on a CPU it is the worker's peak resident set
+(`ru_maxrss`) minus its resident set just before the engine was built, i.e. what the engine,
+its optimizer and training added. Results are cached per (job, model, plan, hardware) in
+`$TIDAL_CACHE/profiles` as JSON.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import resource
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from tidal.jobs.data import StepSampler, cache_dir
+from tidal.jobs.spec import JobSpec, Plan
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProfileRecord:
+    plan: Plan
+    status: str  # "ok", "oom", or "error: ..."
+    fwd_s: float = 0.0
+    bwd_s: float = 0.0
+    opt_s: float = 0.0
+    iter_s: float = 0.0
+    peak_bytes: float = 0.0
+    device: str = "cpu"
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["plan"] = self.plan.to_dict()
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ProfileRecord:
+        return cls(**{**d, "plan": Plan.from_dict(d["plan"])})
+
+
+def _rss_bytes() -> float:
+    return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024.0  # Linux: KiB
+
+
+def _current_rss_bytes() -> float:
+    with open("/proc/self/statm") as f:
+        return float(f.read().split()[1]) * resource.getpagesize()
+
+
+def measure(spec: JobSpec, plan: Plan, *, rank: int, steps: int, warmup: int,
+            use_cuda: bool) -> ProfileRecord:
+    """Time `warmup + steps` optimizer steps of `plan` in this process (torch.distributed up)."""
+    import deepspeed  # noqa: F401  (imported before the baseline: not the engine's memory)
+    import torch
+    from torch.utils.data import default_collate
+
+    from tidal.jobs.worker import _to_device, build_engine, set_lr
+
+    device = torch.device("cuda", torch.cuda.current_device()) if use_cuda else torch.device("cpu")
+    data = spec.dataset()
+    sampler = StepSampler(len(data), spec.global_batch, spec.seed)
+    base = _current_rss_bytes()
+    if use_cuda:
+        torch.cuda.reset_peak_memory_stats()
+    try:
+        engine = build_engine(spec, plan, device)
+        parts: list[tuple[float, float, float, float]] = []
+        for step in range(warmup + steps):
+            set_lr(engine, spec.lr_schedule().at(step))
+            idx = sampler.shard(step, rank, plan.dp)
+            fwd = bwd = opt = 0.0
+            t_step = time.perf_counter()
+            for m in range(plan.grad_accum):
+                chunk = idx[m * plan.micro_batch : (m + 1) * plan.micro_batch]
+                batch = _to_device(default_collate([data[int(i)] for i in chunk]), device)
+                t0 = time.perf_counter()
+                loss = spec.loss(engine, batch)
+                t1 = time.perf_counter()
+                engine.backward(loss)
+                t2 = time.perf_counter()
+                engine.step()
+                t3 = time.perf_counter()
+                fwd, bwd, opt = fwd + t1 - t0, bwd + t2 - t1, opt + t3 - t2
+            if use_cuda:
+                torch.cuda.synchronize()
+            if step >= warmup:
+                parts.append((fwd, bwd, opt, time.perf_counter() - t_step))
+    except torch.cuda.OutOfMemoryError:
+        return ProfileRecord(plan=plan, status="oom", device="cuda")
+    peak = float(torch.cuda.max_memory_allocated()) if use_cuda else _rss_bytes() - base
+    med = [statistics.median(p[i] for p in parts) for i in range(4)]
+    return ProfileRecord(plan=plan, status="ok", fwd_s=med[0], bwd_s=med[1], opt_s=med[2],
+                         iter_s=med[3], peak_bytes=peak, device="cuda" if use_cuda else "cpu")
+
+
+def _single(spec: JobSpec, plan: Plan, steps: int, warmup: int, use_cuda: bool) -> dict[str, Any]:
+    """Body of the dp = 1 Ray task: a world of one, then `measure`."""
+    import os
+    import socket
+
+    import deepspeed
+    import torch
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    deepspeed.init_distributed(dist_backend="nccl" if use_cuda else "gloo")
+    try:
+        return measure(spec, plan, rank=0, steps=steps, warmup=warmup, use_cuda=use_cuda).to_json()
+    except Exception as e:  # reported as the row's status, not a crash of the profile
+        return ProfileRecord(plan=plan, status=f"error: {type(e).__name__}: {e}"[:300]).to_json()
+
+
+def _multi_loop(config: dict[str, Any]) -> None:
+    """Ray Train loop for dp > 1: every rank measures, rank 0 reports its record."""
+    import tempfile
+
+    import ray.train
+    import torch
+
+    ctx = ray.train.get_context()
+    torch.set_num_threads(1)
+    rec = measure(config["spec"], config["plan"], rank=ctx.get_world_rank(), steps=config["steps"],
+                  warmup=config["warmup"], use_cuda=config["use_cuda"])
+    rank0 = ctx.get_world_rank() == 0
+    with tempfile.TemporaryDirectory() as tmp:
+        if rank0:
+            Path(tmp, "record.json").write_text(json.dumps(rec.to_json()))
+        ray.train.report({"status": rec.status},
+                         checkpoint=ray.train.Checkpoint.from_directory(tmp) if rank0 else None)
+
+
+def profile_plan(spec: JobSpec, plan: Plan, *, gpus_per_worker: float = 1.0, steps: int = 3,
+                 warmup: int = 1, use_cuda: bool = False) -> ProfileRecord:
+    import ray
+
+    spec.check_plan(plan)
+    if plan.dp == 1:
+        task = ray.remote(max_calls=1)(_single).options(num_cpus=1, num_gpus=gpus_per_worker)
+        return ProfileRecord.from_json(ray.get(task.remote(spec, plan, steps, warmup, use_cuda)))
+    from ray.train.torch import TorchConfig, TorchTrainer
+    from ray.train.v2.api.config import RunConfig, ScalingConfig
+
+    from tidal.jobs.runner import storage_root
+
+    trainer = TorchTrainer(
+        train_loop_per_worker=_multi_loop,
+        train_loop_config={"spec": spec, "plan": plan, "steps": steps, "warmup": warmup,
+                           "use_cuda": use_cuda},
+        scaling_config=ScalingConfig(num_workers=plan.dp, use_gpu=gpus_per_worker > 0,
+                                     resources_per_worker={"CPU": 1, "GPU": gpus_per_worker}
+                                     if gpus_per_worker > 0 else {"CPU": 1}),
+        torch_config=TorchConfig(backend="nccl" if use_cuda else "gloo"),
+        run_config=RunConfig(storage_path=str(storage_root()),  # type: ignore[arg-type]
+                             name=f"profile-{spec.name}-{plan.short()}-{time.time_ns()}"),
+    )
+    try:
+        result = trainer.fit()
+    except Exception as e:  # a failed profile is a row with its reason, not a crash
+        return ProfileRecord(plan=plan, status=f"error: {type(e).__name__}: {e}"[:300])
+    assert result.checkpoint is not None
+    with result.checkpoint.as_directory() as d:
+        return ProfileRecord.from_json(json.loads(Path(d, "record.json").read_text()))
+
+
+def _cache_key(spec: JobSpec, plan: Plan, hardware: str, steps: int) -> str:
+    model = spec.model()
+    shapes = [tuple(p.shape) for p in model.parameters()]
+    raw = json.dumps([spec.name, type(model).__name__, shapes, spec.global_batch, spec.precision,
+                      plan.to_dict(), hardware, steps], sort_keys=True, default=str)
+    return hashlib.sha256(raw.encode()).hexdigest()[:24]
+
+
+def profile(spec: JobSpec, plans: list[Plan], *, hardware: str = "cpu", steps: int = 3,
+            warmup: int = 1, gpus_per_worker: float = 1.0, use_cuda: bool = False,
+            cache: Path | None = None, progress: bool = True) -> list[ProfileRecord]:
+    """Profile each plan (cached on disk per job, model, plan and hardware)."""
+    root = (cache or cache_dir()) / "profiles"
+    root.mkdir(parents=True, exist_ok=True)
+    out = []
+    for i, plan in enumerate(plans, 1):
+        path = root / f"{_cache_key(spec, plan, hardware, steps)}.json"
+        if path.exists():
+            rec = ProfileRecord.from_json(json.loads(path.read_text()))
+            how = "cached"
+        else:
+            rec = profile_plan(spec, plan, gpus_per_worker=gpus_per_worker, steps=steps,
+                               warmup=warmup, use_cuda=use_cuda)
+            if not rec.status.startswith("error"):
+                path.write_text(json.dumps(rec.to_json()))
+            how = "measured"
+        if progress:
+            print(f"  profile {i}/{len(plans)} {plan.short():<22} {rec.status:<4} "
+                  f"iter {rec.iter_s * 1e3:8.1f} ms  peak {rec.peak_bytes / 2**20:8.1f} MiB  ({how})",
+                  flush=True)
+        out.append(rec)
+    return out
