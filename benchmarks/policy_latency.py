@@ -1,0 +1,65 @@
+"""Latency of one scheduling round of the pure policy (`tidal.platform.policy.decide`).
+
+A synthetic cluster of 8-GPU nodes and a job mix like the Rubick workloads: GPU counts that
+divide each job's global batch, concave throughput curves n^α, a quarter of the jobs
+guaranteed, half of them running (so damping and sticky placement are exercised), and jobs
+waiting in the queue. Prints the median over --rounds rounds and, last, `decision_ms: X`.
+
+    python benchmarks/policy_latency.py --jobs 500 --gpus 512      # goal: ≤ 100 ms
+    python benchmarks/policy_latency.py --jobs 5000 --gpus 8192
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+
+from tidal.jobs import Plan
+from tidal.platform.policy import JobView, Node, Option, Snapshot, decide
+
+
+def snapshot(jobs: int, gpus: int, seed: int = 0) -> Snapshot:
+    rng = random.Random(seed)
+    nodes = tuple(Node(node_id=f"node-{i}", gpus=8, cpus=96, memory=1600 * 2**30,
+                       recallable=i % 10 == 9) for i in range(gpus // 8))
+    views = []
+    for k in range(jobs):
+        batch = rng.choice([16, 32, 64, 128])
+        base, alpha = rng.uniform(10, 400), rng.uniform(0.5, 0.95)
+        counts = [n for n in (1, 2, 4, 8, 16, 32, 64) if batch % n == 0 and n <= 64]
+        lo = rng.choice(counts[:3])
+        opts = tuple(Option(gpus=n, plan=Plan(dp=n, micro_batch=batch // n), samples_per_s=base * n**alpha,
+                            cpus_per_gpu=4, memory_per_gpu=64 * 2**30) for n in counts if n >= lo)
+        g = opts[min(1, len(opts) - 1)].samples_per_s * 0.8 if rng.random() < 0.25 else None
+        views.append(JobView(job_id=f"job-{k}", arrival=float(k), options=opts, guarantee=g,
+                             remaining_samples=rng.uniform(1e4, 1e7), restart_cost_s=rng.uniform(30, 300)))
+    first = decide(Snapshot(now=float(jobs), nodes=nodes, jobs=tuple(views)))
+    running = [JobView(job_id=v.job_id, arrival=v.arrival, options=v.options, guarantee=v.guarantee,
+                       current=first.allocations.get(v.job_id) if i % 2 == 0 else None,
+                       remaining_samples=v.remaining_samples, restart_cost_s=v.restart_cost_s)
+               for i, v in enumerate(views)]
+    return Snapshot(now=float(jobs) + 60.0, nodes=nodes, jobs=tuple(running))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--jobs", type=int, default=500)
+    ap.add_argument("--gpus", type=int, default=512)
+    ap.add_argument("--rounds", type=int, default=7)
+    args = ap.parse_args()
+    snap = snapshot(args.jobs, args.gpus)
+    times = []
+    for _ in range(args.rounds):
+        t0 = time.perf_counter()
+        d = decide(snap)
+        times.append(1e3 * (time.perf_counter() - t0))
+    used = sum(a.gpus for a in d.allocations.values())
+    print(f"{args.jobs} jobs, {args.gpus} GPUs: {len(d.allocations)} run on {used} GPUs, "
+          f"{len(d.changed)} change; rounds {', '.join(f'{t:.0f}' for t in times)} ms")
+    print(f"decision_ms: {statistics.median(times):.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,173 @@
+"""The pure policy, no cluster: invariants on seeded random instances, an exhaustive-search
+oracle on small ones, and the damping / restart-limit / recall rules."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+from tidal.jobs import Plan
+from tidal.platform.policy import (
+    Allocation,
+    Decision,
+    JobView,
+    Node,
+    Option,
+    PolicyConfig,
+    Snapshot,
+    decide,
+)
+
+
+def _options(rng: random.Random, batch: int, max_gpus: int, cpus: float = 0.0) -> tuple[Option, ...]:
+    base, alpha = rng.uniform(10, 500), rng.uniform(0.4, 1.0)
+    counts = [n for n in range(1, max_gpus + 1) if batch % n == 0]
+    lo = rng.choice(counts[: max(1, len(counts) // 2)])
+    return tuple(Option(gpus=n, plan=Plan(dp=n, micro_batch=batch // n), samples_per_s=base * n**alpha,
+                        cpus_per_gpu=cpus) for n in counts if n >= lo)
+
+
+def _instance(seed: int, *, max_jobs: int = 8, guaranteed: bool = True, running: bool = True,
+              cpus: bool = True) -> Snapshot:
+    rng = random.Random(seed)
+    nodes = tuple(Node(node_id=f"n{i}", gpus=rng.choice([2, 4, 8]), cpus=rng.choice([8.0, 16.0]) if cpus else 1e9,
+                       recallable=rng.random() < 0.2) for i in range(rng.randint(1, 4)))
+    jobs = []
+    for k in range(rng.randint(1, max_jobs)):
+        opts = _options(rng, rng.choice([8, 12, 16, 32]), 8, cpus=rng.choice([0.0, 1.0, 2.0]) if cpus else 0.0)
+        g = None
+        if guaranteed and rng.random() < 0.3:
+            g = rng.choice(opts).samples_per_s * rng.uniform(0.6, 1.0)
+        jobs.append(JobView(job_id=f"j{k}", arrival=float(k), options=opts, guarantee=g))
+    snap = Snapshot(nodes=nodes, jobs=tuple(jobs))
+    if running:  # run the policy once to get current allocations, then perturb the cluster
+        first = decide(snap)
+        jobs = [JobView(job_id=j.job_id, arrival=j.arrival, options=j.options, guarantee=j.guarantee,
+                        current=first.allocations.get(j.job_id), restarts=rng.randint(0, 3),
+                        restart_cost_s=rng.uniform(5, 300), remaining_samples=rng.uniform(1e3, 1e6))
+                for j in jobs]
+        nodes = nodes[: max(1, len(nodes) - rng.randint(0, 1))]
+        snap = Snapshot(nodes=nodes, jobs=tuple(jobs))
+    return snap
+
+
+def _check_invariants(snap: Snapshot, d: Decision) -> None:
+    nodes = {n.node_id: n for n in snap.nodes}
+    used_g = dict.fromkeys(nodes, 0)
+    used_c = dict.fromkeys(nodes, 0.0)
+    jobs = {j.job_id: j for j in snap.jobs}
+    for jid, a in d.allocations.items():
+        j = jobs[jid]
+        opt = next((o for o in j.options if o.gpus == a.gpus), None)
+        assert opt is not None, f"{jid}: {a.gpus} GPUs is not one of its options"
+        assert a.plan == opt.plan and a.plan.dp == a.gpus
+        if j.guarantee is not None:
+            assert opt.samples_per_s >= j.guarantee - 1e-9, f"{jid} runs below its guarantee"
+        for nid, g in a.gpus_by_node:
+            assert g > 0
+            used_g[nid] += g
+            used_c[nid] += g * opt.cpus_per_gpu
+    for nid, n in nodes.items():
+        assert used_g[nid] <= n.gpus, f"node {nid}: {used_g[nid]} GPUs > {n.gpus}"
+        assert used_c[nid] <= n.cpus + 1e-9, f"node {nid}: CPUs over capacity"
+    for j in snap.jobs:
+        assert j.job_id in d.allocations or j.job_id in d.reasons, f"{j.job_id}: neither runs nor says why"
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_invariants_hold(seed: int) -> None:
+    snap = _instance(seed)
+    d = decide(snap)
+    _check_invariants(snap, d)
+    assert decide(snap) == d  # deterministic: a pure function of the snapshot
+
+
+def _total(snap: Snapshot, choice: dict[str, int]) -> float:
+    jobs = {j.job_id: j for j in snap.jobs}
+    return sum(next(o.samples_per_s for o in jobs[j].options if o.gpus == g) / jobs[j].options[0].samples_per_s
+               for j, g in choice.items())
+
+
+def _optimum(snap: Snapshot) -> float:
+    capacity = sum(n.gpus for n in snap.nodes)
+    best = 0.0
+    for pick in itertools.product(*[[None, *j.options] for j in snap.jobs]):
+        if sum(o.gpus for o in pick if o is not None) <= capacity:
+            best = max(best, sum(o.samples_per_s / j.options[0].samples_per_s
+                                 for j, o in zip(snap.jobs, pick, strict=True) if o is not None))
+    return best
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_within_five_percent_of_exhaustive_optimum(seed: int) -> None:
+    snap = _instance(1000 + seed, max_jobs=4, guaranteed=False, running=False, cpus=False)
+    d = decide(snap)
+    got = _total(snap, {jid: a.gpus for jid, a in d.allocations.items()})
+    opt = _optimum(snap)
+    assert got >= 0.95 * opt - 1e-9, f"policy {got:.3f} < 95% of optimum {opt:.3f}"
+
+
+def _job(jid: str, arrival: float, counts: list[int], sps: list[float], **kw: object) -> JobView:
+    opts = tuple(Option(gpus=n, plan=Plan(dp=n, micro_batch=8 // n), samples_per_s=s)
+                 for n, s in zip(counts, sps, strict=True))
+    return JobView(job_id=jid, arrival=arrival, options=opts, **kw)  # type: ignore[arg-type]
+
+
+def test_new_job_shrinks_a_running_one_when_worth_it() -> None:
+    nodes = (Node(node_id="a", gpus=2), Node(node_id="b", gpus=2))
+    cur = Allocation(gpus_by_node=(("a", 2), ("b", 2)), plan=Plan(dp=4, micro_batch=2))
+    a = _job("A", 0, [1, 2, 4], [100, 190, 300], current=cur, restart_cost_s=20, remaining_samples=1e6)
+    b = _job("B", 1, [1, 2, 4], [100, 190, 300])
+    d = decide(Snapshot(nodes=nodes, jobs=(a, b)))
+    assert d.allocations["A"].gpus == 2 and d.allocations["B"].gpus == 2
+    assert d.changed == ("A",)
+    # each on its own node: a 2-GPU job never spans two nodes when one has room
+    assert len(d.allocations["A"].gpus_by_node) == len(d.allocations["B"].gpus_by_node) == 1
+
+
+def test_small_gain_does_not_pay_for_a_restart() -> None:
+    nodes = (Node(node_id="a", gpus=4),)
+    cur = Allocation(gpus_by_node=(("a", 2),), plan=Plan(dp=2, micro_batch=4))
+    a = _job("A", 0, [1, 2, 4], [100, 190, 195], current=cur, restart_cost_s=600, remaining_samples=1e6)
+    d = decide(Snapshot(nodes=nodes, jobs=(a,), config=PolicyConfig(horizon_s=600)))
+    assert d.allocations["A"] == cur and d.changed == ()
+    cheap = _job("A", 0, [1, 2, 4], [100, 190, 360], current=cur, restart_cost_s=10, remaining_samples=1e6)
+    d2 = decide(Snapshot(nodes=nodes, jobs=(cheap,)))
+    assert d2.allocations["A"].gpus == 4 and d2.changed == ("A",)
+
+
+def test_jobs_restarted_too_often_are_left_alone() -> None:
+    nodes = (Node(node_id="a", gpus=4),)
+    cur = Allocation(gpus_by_node=(("a", 4),), plan=Plan(dp=4, micro_batch=2))
+    a = _job("A", 0, [1, 2, 4], [100, 190, 300], current=cur, restarts=5, restart_cost_s=1)
+    b = _job("B", 1, [1, 2, 4], [100, 190, 300])
+    d = decide(Snapshot(nodes=nodes, jobs=(a, b), config=PolicyConfig(max_restarts=5)))
+    assert d.allocations["A"] == cur and "B" not in d.allocations
+    assert "waiting" in d.reasons["B"]
+
+
+def test_guaranteed_first_and_on_non_recallable_gpus() -> None:
+    nodes = (Node(node_id="lent", gpus=4, recallable=True, pool="inference"), Node(node_id="own", gpus=4))
+    best_effort = _job("E", 0, [1, 2, 4], [100, 190, 300])
+    guaranteed = _job("G", 5, [1, 2, 4], [100, 190, 300], guarantee=180.0)
+    d = decide(Snapshot(nodes=nodes, jobs=(best_effort, guaranteed)))
+    g = d.allocations["G"]
+    assert g.gpus >= 2 and all(nid == "own" for nid, _ in g.gpus_by_node)
+    e = d.allocations["E"]
+    lent = sum(n for nid, n in e.gpus_by_node if nid == "lent")
+    assert lent > 0 and d.recall_loss["E"] > 0
+    assert "G" not in d.recall_loss
+
+
+def test_a_guarantee_no_option_reaches_is_reported() -> None:
+    j = _job("G", 0, [1, 2], [100, 150], guarantee=500.0)
+    d = decide(Snapshot(nodes=(Node(node_id="a", gpus=8),), jobs=(j,)))
+    assert d.allocations == {} and "guarantee" in d.reasons["G"]
+
+
+def test_bad_options_are_rejected() -> None:
+    j = _job("X", 0, [2, 1], [1, 2])
+    with pytest.raises(ValueError, match="increasing GPU counts"):
+        decide(Snapshot(nodes=(Node(node_id="a", gpus=2),), jobs=(j,)))

@@ -1,0 +1,104 @@
+"""The `tidal` command line.
+
+    tidal plan FILE.py --gpus N [--gpus-per-node G] [--gpu-mem-gib M] [--write-config OUT.json]
+
+`plan` loads the JobSpec that FILE.py defines (a module-level `spec`, or a `make_spec()`
+function; the file runs with __name__ != "__main__", so a script that submits itself under
+`if __name__ == "__main__":` is safe to pass), profiles a few of its plans on real DeepSpeed
+engines (cached), fits the performance and memory models, and prints every plan on N GPUs
+ranked by predicted throughput, with predicted memory and, for plans that do not fit, why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import runpy
+import sys
+from pathlib import Path
+
+from tidal.jobs.spec import JobSpec
+
+
+def load_spec(path: Path) -> JobSpec:
+    if not path.exists():
+        raise SystemExit(f"tidal: {path}: no such file")
+    scope = runpy.run_path(str(path), run_name="tidal_job")
+    spec = scope.get("spec")
+    if spec is None and callable(scope.get("make_spec")):
+        spec = scope["make_spec"]()
+    if not isinstance(spec, JobSpec):
+        raise SystemExit(f"tidal: {path} defines neither a JobSpec `spec` nor a `make_spec()` returning one")
+    return spec
+
+
+def _connect(gpus: int) -> None:
+    import ray
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init(log_to_driver=False)
+    else:  # an embedded local cluster; on a CPU machine its GPUs are logical
+        ray.init(num_cpus=max(2, os.cpu_count() or 2), num_gpus=gpus, log_to_driver=False)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from tidal.jobs.ds_config import deepspeed_config
+    from tidal.planner.fitting import profile_and_fit
+    from tidal.planner.planner import packed, rank_plans
+
+    spec = load_spec(args.file)
+    if not spec.min_gpus <= args.gpus <= spec.max_gpus:
+        raise SystemExit(f"tidal: --gpus {args.gpus} is outside the job's [{spec.min_gpus}, {spec.max_gpus}]")
+    _connect(args.gpus)
+    print(f"profiling {spec.name} (≤ {args.samples} plans, cached in $TIDAL_CACHE/profiles) ...")
+    fitted = profile_and_fit(spec, max_gpus=args.gpus, gpus_per_node=args.gpus_per_node, k=args.samples,
+                             use_cuda=args.cuda, steps=args.steps)
+    print(f"performance model fit error (MAPE over profiled plans): {100 * fitted.perf.mape:.1f}%")
+    shape = packed(args.gpus, args.gpus_per_node, gpu_mem_bytes=args.gpu_mem_gib * 2**30,
+                   host_mem_per_node=args.host_mem_gib * 2**30)
+    ranked = rank_plans(spec, fitted.model, shape)
+    if not ranked:
+        print(f"no plan of {spec.name} runs on {args.gpus} GPUs (global batch {spec.global_batch})")
+        return 1
+    print(f"\n{'#':>3}  {'plan':<24}{'samples/s':>10}{'GPU mem':>11}  feasible")
+    for i, c in enumerate(ranked[: args.top], 1):
+        print(f"{i:>3}  {c.plan.short():<24}{c.samples_per_s:>10.1f}{c.peak_gpu_bytes / 2**30:>9.3f} GiB  "
+              + ("yes" if c.feasible else f"no: {c.infeasible}"))
+    if len(ranked) > args.top:
+        print(f"     ... {len(ranked) - args.top} more")
+    best = ranked[0]
+    if not best.feasible:
+        print("no plan fits")
+        return 1
+    if args.write_config:
+        args.write_config.write_text(json.dumps(deepspeed_config(spec, best.plan), indent=2))
+        print(f"\nwrote the DeepSpeed config of {best.plan.short()} to {args.write_config}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="tidal", description="Tidal: reconfigurable training on Ray")
+    sub = ap.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("plan", help="rank a job's plans on N GPUs with the fitted models")
+    p.add_argument("file", type=Path, help="a Python file defining `spec` or `make_spec()`")
+    p.add_argument("--gpus", type=int, required=True)
+    p.add_argument("--gpus-per-node", type=int, default=8)
+    p.add_argument("--gpu-mem-gib", type=float, default=80.0)
+    p.add_argument("--host-mem-gib", type=float, default=1600.0)
+    p.add_argument("--samples", type=int, default=6, help="plans to profile (at most 8)")
+    p.add_argument("--steps", type=int, default=3, help="measured steps per profile")
+    p.add_argument("--top", type=int, default=15)
+    p.add_argument("--cuda", action="store_true", help="profile on GPUs (default: CPU with gloo)")
+    p.add_argument("--write-config", type=Path, help="write the best plan's DeepSpeed config JSON here")
+    p.set_defaults(func=cmd_plan)
+    args = ap.parse_args(argv)
+    if args.command == "plan" and not 1 <= args.samples <= 8:
+        ap.error("--samples must be between 1 and 8")
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
