@@ -15,13 +15,25 @@ os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
 
 @pytest.fixture(scope="session")
 def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Two Ray nodes on this machine, 2 logical CPUs and 2 logical GPUs each.
+
+    Yields the `ray.cluster_utils.Cluster`; its `node_ids` attribute lists the node ids, head
+    first. (2 physical cores here: the logical CPUs only keep actors schedulable.)
+    """
     import ray
+    from ray.cluster_utils import Cluster
 
     os.environ["TIDAL_STORAGE"] = str(tmp_path_factory.mktemp("tidal-runs"))
-    # 2 physical cores here: 4 logical CPUs keep the Train controller and actors schedulable.
-    ray.init(num_cpus=4, num_gpus=4, log_to_driver=False)
-    yield ray
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "num_gpus": 2})
+    cluster.add_node(num_cpus=2, num_gpus=2)
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, log_to_driver=False)
+    head = ray.get_runtime_context().get_node_id()
+    others = [n["NodeID"] for n in ray.nodes() if n["Alive"] and n["NodeID"] != head]
+    cluster.node_ids = [head, *others]  # type: ignore[attr-defined]
+    yield cluster
     ray.shutdown()
+    cluster.shutdown()
 
 
 def tiny_gpt_spec(**overrides: Any) -> Any:

@@ -44,6 +44,7 @@ def test_reconfigured_run_reproduces_uninterrupted_loss_curve(ray_cluster: Any) 
         assert read_meta(ckpt)["plan"] == plan.to_dict()
     assert r.finished and len(losses) == 30
     rel = [abs(a - b) / abs(a) for a, b in zip(whole.losses, losses, strict=True)]
+    print(f"max relative loss difference over 30 steps: {max(rel):.2e}")
     assert max(rel) <= 1e-3, f"max relative difference {max(rel):.2e} at step {rel.index(max(rel))}"
     assert sum(losses[-5:]) / 5 < losses[0] - 0.5  # and it learned something
 
@@ -83,3 +84,13 @@ def test_launch_validates_before_starting(ray_cluster: Any) -> None:
         launch(spec, Plan(dp=2, micro_batch=1), Resources(num_workers=2))
     with pytest.raises(SpecError, match=r"Resources\.node_ids"):
         Resources(num_workers=2, node_ids=("a",))
+
+
+def test_workers_run_on_the_nodes_asked_for(ray_cluster: Any) -> None:
+    head, other = ray_cluster.node_ids
+    spec = tiny_gpt_spec(total_steps=2)
+    plan = Plan(dp=2, zero_stage=1, micro_batch=4)
+    both_other = run(spec, plan, Resources(num_workers=2, gpus_per_worker=1, node_ids=(other, other)))
+    assert both_other.worker_nodes == {0: other, 1: other}
+    split = run(spec, plan, Resources(num_workers=2, gpus_per_worker=1, node_ids=(head, other)))
+    assert split.worker_nodes == {0: head, 1: other}

@@ -32,11 +32,13 @@ def _options(rng: random.Random, batch: int, max_gpus: int, cpus: float = 0.0) -
 def _instance(seed: int, *, max_jobs: int = 8, guaranteed: bool = True, running: bool = True,
               cpus: bool = True) -> Snapshot:
     rng = random.Random(seed)
-    nodes = tuple(Node(node_id=f"n{i}", gpus=rng.choice([2, 4, 8]), cpus=rng.choice([8.0, 16.0]) if cpus else 1e9,
-                       recallable=rng.random() < 0.2) for i in range(rng.randint(1, 4)))
+    nodes = tuple(Node(node_id=f"n{i}", gpus=rng.choice([2, 4, 8]),
+                       cpus=rng.choice([8.0, 16.0]) if cpus else 1e9, recallable=rng.random() < 0.2)
+                  for i in range(rng.randint(1, 4)))
     jobs = []
     for k in range(rng.randint(1, max_jobs)):
-        opts = _options(rng, rng.choice([8, 12, 16, 32]), 8, cpus=rng.choice([0.0, 1.0, 2.0]) if cpus else 0.0)
+        per_gpu = rng.choice([0.0, 1.0, 2.0]) if cpus else 0.0
+        opts = _options(rng, rng.choice([8, 12, 16, 32]), 8, cpus=per_gpu)
         g = None
         if guaranteed and rng.random() < 0.3:
             g = rng.choice(opts).samples_per_s * rng.uniform(0.6, 1.0)
@@ -86,8 +88,11 @@ def test_invariants_hold(seed: int) -> None:
 
 def _total(snap: Snapshot, choice: dict[str, int]) -> float:
     jobs = {j.job_id: j for j in snap.jobs}
-    return sum(next(o.samples_per_s for o in jobs[j].options if o.gpus == g) / jobs[j].options[0].samples_per_s
-               for j, g in choice.items())
+    total = 0.0
+    for j, g in choice.items():
+        opts = jobs[j].options
+        total += next(o.samples_per_s for o in opts if o.gpus == g) / opts[0].samples_per_s
+    return total
 
 
 def _optimum(snap: Snapshot) -> float:

@@ -88,6 +88,14 @@ class RunControl:
         self._stop = False
         self._stop_time: float | None = None
         self._history: dict[int, dict[str, Any]] = {}
+        self._workers: dict[int, str] = {}
+
+    def register(self, rank: int, node_id: str) -> None:
+        """Each worker says where it really runs (the executor verifies placements with it)."""
+        self._workers[rank] = node_id
+
+    def workers(self) -> dict[int, str]:
+        return dict(self._workers)
 
     def request_stop(self) -> float:
         if not self._stop:
@@ -117,6 +125,7 @@ class RunResult:
     finished: bool  # reached the job's total_steps
     checkpoint: str | None  # directory of the last checkpoint
     history: list[dict[str, Any]] = field(default_factory=list)
+    worker_nodes: dict[int, str] = field(default_factory=dict)  # rank → Ray node id it ran on
     wall_s: float = 0.0
     stop_requested_at: float | None = None
 
@@ -185,12 +194,14 @@ class RunHandle:
         try:
             result = self._trainer.fit()
             history = ray.get(self.control.history.remote())
+            workers = ray.get(self.control.workers.remote())
             final = int(history[-1]["step"]) if history else self.start_step
             ckpt = result.checkpoint.path if result.checkpoint is not None else None
             self._result = RunResult(
                 spec_name=self.spec.name, plan=self.plan, run_id=self.run_id,
                 start_step=self.start_step, final_step=final,
                 finished=final >= self.spec.total_steps, checkpoint=ckpt, history=history,
+                worker_nodes=workers,
                 wall_s=time.time() - self._t0, stop_requested_at=self._stop_time,
             )
         except BaseException as e:  # surfaced by result()

@@ -131,6 +131,7 @@ def train_loop(config: dict[str, Any]) -> None:
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     if world != plan.dp:
         raise PlanError("plan", f"plan {plan.short()} needs {plan.dp} workers, the run has {world}")
+    cfg.control.register.remote(rank, ray.get_runtime_context().get_node_id())
     torch.set_num_threads(max(1, cfg.threads_per_worker))
     if cfg.use_cuda:
         device = torch.device("cuda", ctx.get_local_rank() if torch.cuda.device_count() > 1 else 0)
