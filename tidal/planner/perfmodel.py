@@ -4,7 +4,9 @@ Symbols (times in seconds): Ψ parameters, B the global batch, n GPUs = dp·tp·
 samples per data-parallel rank, s bytes per gradient element, t CPU threads per GPU for an
 offloaded optimizer, W_intra / W_inter / W_pcie bandwidths (bytes/s) of NVLink inside a node,
 the network between nodes and host↔GPU, scaled by fitted efficiencies (η for NVLink and PCIe,
-η_x between nodes, where measured jobs often get far less than the nominal rate). W is W_intra
+η_x between nodes, where measured jobs often get far less than the nominal rate, and η_odd
+more when a node contributes an odd number of GPUs — in the Rubick tables such placements
+are up to 8× slower across nodes, e.g. vit 224: 0.083 s vs 233: 0.299 s). W is W_intra
 when the group spans one node, else W_inter. softmax_γ(x, y) = (x^γ + y^γ)^(1/γ) is Rubick's
 overlap of communication with backward compute.
 
@@ -14,11 +16,13 @@ Data-parallel plans (tp = pp = 1), ZeRO stage z:
     T_bwd  = k_bwd · T_fwd  (+ T_fwd with activation checkpointing: the forward is recomputed)
              + k_z · g                        ZeRO-2/3: partitioning hooks run every micro-batch
                                               (k_z = k_z2 or k_z3; 0 for stages 0-1)
-    V_bwd  = 2 s Ψ (n−1)/n                    z ≤ 1: one all-reduce at the accumulation boundary
-           = s Ψ (n−1)/n · g                  z = 2: a reduce-scatter every micro-batch
-           = 3 s Ψ (n−1)/n · g                z = 3: + parameter all-gathers in forward and backward
-    T_sync = softmax_γ(V_bwd / W, T_bwd)
-    T_ag   = s Ψ (n−1)/n / W                 ZeRO 1-2: all-gather of the updated weights
+    V_bwd  = 2 s Ψ                            z ≤ 1: one all-reduce at the accumulation boundary
+           = s Ψ · g                          z = 2: a reduce-scatter every micro-batch
+           = 3 s Ψ · g                        z = 3: + parameter all-gathers in forward and backward
+    τ      = (G−1)/G / W_intra + (k−1)/k / W_inter    seconds per byte of a hierarchical ring
+                                              collective: G = most GPUs on a node, k = nodes
+    T_sync = softmax_γ(V_bwd · τ, T_bwd)
+    T_ag   = s Ψ · τ                          ZeRO 1-2: all-gather of the updated weights
     T_opt  = k_opt Ψ / (n if z ≥ 1 else 1) + T_ag
     with optimizer offload:  T_pcie = 4Ψ/n / W_pcie
            T_sync += T_pcie + k_off;   T_opt = k_cpu Ψ/(n t) + T_pcie + T_ag
@@ -35,12 +39,13 @@ t5 with tp = 4 slows from 0.84 s at pp = 1 to 1.16 s at pp = 8):
     T_dp   = 2 s Ψ/(tp·pp) · (dp−1)/dp / W_dp                          gradient all-reduce
     T_sync = T_comp + T_tp + T_pp + T_dp;  T_opt = k_opt Ψ/(tp·pp);  T_iter = T_sync + T_opt + k_const
 
-θ = (k_fwd, k_fwd0, k_bwd, k_z2, k_z3, γ, k_opt, k_cpu, k_off, k_const, η, η_x, k_mp, k_tp, k_pp) is
+θ = (k_fwd, k_fwd0, k_bwd, k_z2, k_z3, γ, k_opt, k_cpu, k_off, k_const, η, η_x, η_odd, k_mp, k_tp, k_pp) is
 fitted by
 minimising the summed squared log errors of T_iter and of the measured parts (T_fwd, T_sync,
 T_opt) with bounded L-BFGS-B in log space, from at most 8 samples per job (best of several
-deterministic starting points; a weak L2 prior toward the starting point was tried and made
-held-out errors worse on both the Rubick tables and the CPU profiles).
+deterministic starting points). Only the constants the samples can inform are fitted
+(`informed`); the rest keep the rough values read off the samples. A weak L2 prior toward
+those values was tried instead and made held-out errors worse.
 """
 
 from __future__ import annotations
@@ -95,6 +100,11 @@ class PlanPoint:
     def nodes(self) -> int:
         return sum(1 for g in self.gpus_per_node if g > 0)
 
+    @property
+    def odd(self) -> bool:
+        """A multi-node placement with a node holding an odd number of GPUs."""
+        return self.nodes > 1 and any(g % 2 for g in self.gpus_per_node)
+
 
 @dataclass(frozen=True, kw_only=True)
 class Theta:
@@ -110,6 +120,7 @@ class Theta:
     k_const: float = 1e-3
     eta: float = 0.5
     eta_x: float = 0.2
+    eta_odd: float = 0.5  # extra cross-node efficiency factor when a node holds an odd GPU count
     k_mp: float = 1.2
     k_tp: float = 1.0
     k_pp: float = 1e-3
@@ -119,7 +130,7 @@ _BOUNDS: dict[str, tuple[float, float]] = {
     "k_fwd": (1e-8, 100.0), "k_fwd0": (1e-6, 10.0), "k_bwd": (0.5, 5.0), "k_z2": (1e-7, 10.0),
     "k_z3": (1e-7, 10.0), "gamma": (1.0, 20.0),
     "k_opt": (1e-15, 1e-5), "k_cpu": (1e-14, 1e-3), "k_off": (1e-6, 10.0),
-    "k_const": (1e-6, 10.0), "eta": (0.01, 1.0), "eta_x": (1e-4, 1.0),
+    "k_const": (1e-6, 10.0), "eta": (0.01, 1.0), "eta_x": (1e-4, 1.0), "eta_odd": (1e-2, 1.0),
     "k_mp": (0.2, 10.0), "k_tp": (1e-3, 1e3), "k_pp": (1e-7, 10.0),
 }
 _NAMES = [f.name for f in fields(Theta)]
@@ -138,8 +149,23 @@ class Breakdown:
     iter: float
 
 
-def _bw(hw: Hardware, theta: Theta, nodes: int) -> float:
-    return hw.intra_bw * theta.eta if nodes <= 1 else hw.inter_bw * theta.eta_x
+def _bw(hw: Hardware, theta: Theta, nodes: int, odd: bool = False) -> float:
+    if nodes <= 1:
+        return hw.intra_bw * theta.eta
+    return hw.inter_bw * theta.eta_x * (theta.eta_odd if odd else 1.0)
+
+
+def _transfer_time_per_byte(hw: Hardware, theta: Theta, p: PlanPoint) -> float:
+    """Seconds per byte of a ring collective over the placement, intra-node then inter-node:
+
+        (g−1)/g / W_intra + (k−1)/k / W_inter        g = most GPUs on a node, k = nodes
+    """
+    g = max(p.gpus_per_node)
+    k = p.nodes
+    t = (g - 1) / g / _bw(hw, theta, 1) if g > 1 else 0.0
+    if k > 1:
+        t += (k - 1) / k / _bw(hw, theta, k, p.odd)
+    return t
 
 
 def _softmax(x: float, y: float, g: float) -> float:
@@ -153,17 +179,16 @@ def predict(theta: Theta, work: Workload, p: PlanPoint, hw: Hardware) -> Breakdo
     s, psi = work.grad_bytes, work.params
     if p.tp == 1 and p.pp == 1:
         n = p.n
-        w = _bw(hw, theta, p.nodes)
         t_fwd = theta.k_fwd * work.global_batch / n + theta.k_fwd0 * p.grad_accum
         t_bwd = theta.k_bwd * t_fwd + (t_fwd if p.act_ckpt else 0.0)
         t_bwd += p.grad_accum * {2: theta.k_z2, 3: theta.k_z3}.get(p.zero_stage, 0.0)
-        frac = (n - 1) / n
-        if p.zero_stage <= 1:
-            v_bwd = 2 * s * psi * frac
-        else:
-            v_bwd = (1 if p.zero_stage == 2 else 3) * s * psi * frac * p.grad_accum
-        t_sync = _softmax(v_bwd / w, t_bwd, theta.gamma)
-        t_ag = s * psi * frac / w if p.zero_stage in (1, 2) else 0.0
+        # hierarchical collectives: a phase inside each node over NVLink, then one between the
+        # k nodes whose volume per node scales with (k−1)/k
+        inv_w = _transfer_time_per_byte(hw, theta, p)
+        per_micro = 1 if p.zero_stage == 2 else 3  # ZeRO-2: reduce-scatter; ZeRO-3: + 2 gathers
+        v_bwd = 2 * s * psi if p.zero_stage <= 1 else per_micro * s * psi * p.grad_accum
+        t_sync = _softmax(v_bwd * inv_w, t_bwd, theta.gamma)
+        t_ag = s * psi * inv_w if p.zero_stage in (1, 2) else 0.0
         if p.offload:
             threads = p.cpu_threads or hw.cpu_threads_per_gpu
             t_pcie = 4.0 * psi / n / (hw.pcie_bw * theta.eta)
@@ -216,13 +241,50 @@ def _log_err(pred: float, meas: float | None) -> float:
     return (math.log(pred) - math.log(meas)) ** 2
 
 
+def informed(samples: Sequence[Sample]) -> list[str]:
+    """The constants the samples can inform; the others keep their data-derived start values.
+
+    A constant whose term no sample exercises (CPU Adam without an offload sample, cross-node
+    bandwidth without a multi-node one, 3D terms without a 3D plan, ...) is not identifiable:
+    fitting it only lets it absorb noise, which ruins predictions for the plans that need it.
+    """
+    pts = [s.point for s in samples]
+    dp = [p for p in pts if p.tp == 1 and p.pp == 1]
+    names = ["k_fwd", "k_bwd", "k_opt", "k_const"]
+    if len({p.grad_accum for p in dp}) > 1 or any(s.fwd_s for s in samples):
+        names.append("k_fwd0")
+    if any(p.zero_stage == 2 for p in dp):
+        names.append("k_z2")
+    if any(p.zero_stage == 3 for p in dp):
+        names.append("k_z3")
+    if any(p.offload for p in dp):
+        names += ["k_cpu", "k_off"]
+    if any(p.n > 1 for p in pts):
+        names += ["eta", "gamma"]
+    if any(p.nodes > 1 for p in pts):
+        names.append("eta_x")
+    if any(p.odd for p in pts):
+        names.append("eta_odd")
+    if len(dp) < len(pts):
+        names += ["k_mp", "k_tp", "k_pp"]
+    return [n for n in _NAMES if n in names]
+
+
 def fit(samples: Sequence[Sample], work: Workload, hw: Hardware, *, restarts: int = 10) -> Fit:
-    """Fit θ to the samples (log-space L-BFGS-B from a few deterministic starting points)."""
+    """Fit the informed constants of θ (log-space L-BFGS-B from deterministic starting points)."""
     if not samples:
         raise ValueError("fit needs at least one sample")
+    free = [_NAMES.index(n) for n in informed(samples)]
+    starts = _starts(samples, work, restarts)
+    base = starts[0].copy()
 
-    def loss(x: np.ndarray) -> float:
-        th = _unpack(x)
+    def full(y: np.ndarray) -> np.ndarray:
+        x = base.copy()
+        x[free] = y
+        return x
+
+    def loss(y: np.ndarray) -> float:
+        th = _unpack(full(y))
         err = 0.0
         for smp in samples:
             pr = predict(th, work, smp.point, hw)
@@ -231,15 +293,17 @@ def fit(samples: Sequence[Sample], work: Workload, hw: Hardware, *, restarts: in
                                   + _log_err(pr.opt, smp.opt_s))
         return err
 
-    bounds = [(math.log(lo), math.log(hi)) for lo, hi in (_BOUNDS[k] for k in _NAMES)]
-    best_x, best_f = None, math.inf
-    for x0 in _starts(samples, work, restarts):
-        x0 = np.clip(x0, [b[0] for b in bounds], [b[1] for b in bounds])
-        res = minimize(loss, x0, method="L-BFGS-B", bounds=bounds)
+    all_bounds = [(math.log(lo), math.log(hi)) for lo, hi in (_BOUNDS[k] for k in _NAMES)]
+    base[:] = np.clip(base, [b[0] for b in all_bounds], [b[1] for b in all_bounds])
+    bounds = [all_bounds[i] for i in free]
+    best_y, best_f = None, math.inf
+    for x0 in starts:
+        y0 = np.clip(x0[free], [b[0] for b in bounds], [b[1] for b in bounds])
+        res = minimize(loss, y0, method="L-BFGS-B", bounds=bounds)
         if res.fun < best_f:
-            best_x, best_f = res.x, float(res.fun)
-    assert best_x is not None
-    theta = _unpack(best_x)
+            best_y, best_f = res.x, float(res.fun)
+    assert best_y is not None
+    theta = _unpack(full(best_y))
     mape = float(np.mean([abs(predict(theta, work, s.point, hw).iter - s.iter_s) / s.iter_s
                           for s in samples]))
     return Fit(theta=theta, mape=mape)
@@ -256,7 +320,7 @@ def _starts(samples: Sequence[Sample], work: Workload, k: int) -> list[np.ndarra
         k_opt=float(np.median([(s.opt_s or s.iter_s / 10) / work.params for s in ref])),
         k_cpu=float(np.median([(s.opt_s or s.iter_s / 3) * 4 / work.params for s in ref])),
         k_off=min(s.iter_s for s in samples) / 20, k_const=min(s.iter_s for s in samples) / 50,
-        eta=0.5, eta_x=0.2, k_mp=1.2, k_tp=1.0, k_pp=per_sample / 50,
+        eta=0.5, eta_x=0.2, eta_odd=0.5, k_mp=1.2, k_tp=1.0, k_pp=per_sample / 50,
     )
     x = np.array([math.log(max(getattr(base, n), 1e-15)) for n in _NAMES])
     rng = np.random.default_rng(0)  # fixed: the fit is deterministic

@@ -9,7 +9,8 @@ after one call for dp = 1, a Ray Train `TorchTrainer` for dp > 1. Every step is 
     optimizer the engine.step at the accumulation boundary (clip, Adam, ZeRO all-gather)
     iteration the whole step
 
-after `warmup` unmeasured steps; the median over measured steps is kept. Peak memory is
+after `warmup` unmeasured steps; the step with the median iteration time is kept, with its
+parts (so they add up within one step). Peak memory is
 `torch.cuda.max_memory_allocated()` on a GPU; on a CPU it is the worker's peak resident set
 (`ru_maxrss`) minus its resident set just before the engine was built, i.e. what the engine,
 its optimizer and training added. Results are cached per (job, model, plan, hardware) in
@@ -21,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import json
 import resource
-import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -29,6 +29,8 @@ from typing import Any
 
 from tidal.jobs.data import StepSampler, cache_dir
 from tidal.jobs.spec import JobSpec, Plan
+
+PROFILE_FORMAT = 2  # bump when what a record means changes: old cache entries are not reused
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,9 +104,10 @@ def measure(spec: JobSpec, plan: Plan, *, rank: int, steps: int, warmup: int,
     except torch.cuda.OutOfMemoryError:
         return ProfileRecord(plan=plan, status="oom", device="cuda")
     peak = float(torch.cuda.max_memory_allocated()) if use_cuda else _rss_bytes() - base
-    med = [statistics.median(p[i] for p in parts) for i in range(4)]
-    return ProfileRecord(plan=plan, status="ok", fwd_s=med[0], bwd_s=med[1], opt_s=med[2],
-                         iter_s=med[3], peak_bytes=peak, device="cuda" if use_cuda else "cpu")
+    # the parts of the median step (medians of each part would not add up to a step)
+    fwd, bwd, opt, it = sorted(parts, key=lambda p: p[3])[len(parts) // 2]
+    return ProfileRecord(plan=plan, status="ok", fwd_s=fwd, bwd_s=bwd, opt_s=opt, iter_s=it,
+                         peak_bytes=peak, device="cuda" if use_cuda else "cpu")
 
 
 def _single(spec: JobSpec, plan: Plan, steps: int, warmup: int, use_cuda: bool) -> dict[str, Any]:
@@ -183,8 +186,8 @@ def profile_plan(spec: JobSpec, plan: Plan, *, gpus_per_worker: float = 1.0, ste
 def _cache_key(spec: JobSpec, plan: Plan, hardware: str, steps: int) -> str:
     model = spec.model()
     shapes = [tuple(p.shape) for p in model.parameters()]
-    raw = json.dumps([spec.name, type(model).__name__, shapes, spec.global_batch, spec.precision,
-                      plan.to_dict(), hardware, steps], sort_keys=True, default=str)
+    raw = json.dumps([PROFILE_FORMAT, spec.name, type(model).__name__, shapes, spec.global_batch,
+                      spec.precision, plan.to_dict(), hardware, steps], sort_keys=True, default=str)
     return hashlib.sha256(raw.encode()).hexdigest()[:24]
 
 

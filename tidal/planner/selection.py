@@ -32,7 +32,7 @@ def family(p: PlanPoint) -> str:
 def features(p: PlanPoint) -> set[tuple[object, ...]]:
     f = family(p)
     out: set[tuple[object, ...]] = {("family", f), ("span", f, p.nodes > 1), ("n", f, p.n),
-                                    ("size", p.n), ("accum", p.grad_accum)}
+                                    ("size", p.n), ("accum", p.grad_accum), ("odd", p.odd)}
     if f == "3d":
         out |= {("tp", p.tp), ("pp", p.pp), ("dp3d", p.dp)}
     return out
@@ -41,7 +41,8 @@ def features(p: PlanPoint) -> set[tuple[object, ...]]:
 def select(candidates: Sequence[T], point: Callable[[T], PlanPoint], k: int = 8) -> list[T]:
     chosen: list[T] = []
     covered: set[tuple[object, ...]] = set()
-    weights = {"family": 100, "size": 20, "accum": 20, "span": 10, "tp": 5, "pp": 5, "dp3d": 3, "n": 1}
+    weights = {"family": 100, "size": 20, "accum": 20, "odd": 15, "span": 10, "tp": 5, "pp": 5,
+               "dp3d": 3, "n": 1}
     remaining = list(candidates)
     sizes: list[tuple[int, int]] = []
 
