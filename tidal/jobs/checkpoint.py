@@ -33,6 +33,7 @@ import torch
 FORMAT = "tidal-checkpoint-v1"
 STATE_FILE = "tidal_state.pt"
 META_FILE = "tidal_meta.json"
+METRICS_FILE = "tidal_metrics.json"  # per-step metrics since the previous checkpoint of the run
 
 
 class CheckpointError(RuntimeError):
@@ -92,6 +93,15 @@ def read_meta(directory: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"{path} does not exist: not a Tidal checkpoint")
     meta: dict[str, Any] = json.loads(path.read_text())
     return meta
+
+
+def read_metrics(directory: str | Path) -> list[dict[str, Any]]:
+    """The per-step metrics a checkpoint carries (those since the run's previous checkpoint)."""
+    path = Path(directory) / METRICS_FILE
+    if not path.exists():
+        return []
+    metrics: list[dict[str, Any]] = json.loads(path.read_text())
+    return metrics
 
 
 def _inner_optimizer(engine: Any) -> torch.optim.Optimizer:

@@ -227,6 +227,16 @@ class RunHandle:
             return None
         return latest
 
+    def history(self) -> list[dict[str, Any]]:
+        """Per-step metrics so far (the whole curve once the run is done)."""
+        if self.done():
+            return list(self._result.history) if self._result else []
+        try:
+            hist: list[dict[str, Any]] = ray.get(self.control.history.remote(), timeout=10)
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            return []
+        return hist
+
     def result(self, timeout: float | None = None) -> RunResult:
         self._thread.join(timeout)
         if self._thread.is_alive():

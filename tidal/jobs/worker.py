@@ -17,16 +17,18 @@ and one per `heartbeat_s`: on a busy host every actor call takes CPU from traini
 
 from __future__ import annotations
 
+import json
 import logging
 import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from tidal.jobs.checkpoint import TrainState, capture_state, restore_state
+from tidal.jobs.checkpoint import METRICS_FILE, TrainState, capture_state, restore_state
 from tidal.jobs.data import StepSampler
 from tidal.jobs.ds_config import deepspeed_config
 from tidal.jobs.spec import JobSpec, Plan, PlanError
@@ -160,6 +162,7 @@ def train_loop(config: dict[str, Any]) -> None:
     end = spec.total_steps if cfg.stop_at_step is None else min(spec.total_steps, cfg.stop_at_step)
     pending: Any = None
     buffered: list[dict[str, Any]] = []
+    since_checkpoint: list[dict[str, Any]] = []  # rank 0's metrics, saved with the next checkpoint
     stop_requested = False
     flag = torch.zeros(2, dtype=torch.float32, device=device)
     wall0 = time.time()
@@ -187,12 +190,14 @@ def train_loop(config: dict[str, Any]) -> None:
         }
         if rank == 0:
             buffered.append(metrics)
+            since_checkpoint.append(metrics)
             if pending is None and time.monotonic() - last_beat >= cfg.heartbeat_s:
                 pending = cfg.control.heartbeat.remote(cfg.run_id, buffered)
                 buffered, last_beat = [], time.monotonic()
         last = step >= end or stop_now
         if last or step % spec.checkpoint_every == 0:
-            _report_with_checkpoint(engine, spec, plan, step, rank, metrics, extra, wall0)
+            _report_with_checkpoint(engine, spec, plan, step, rank, metrics, extra, wall0, since_checkpoint)
+            since_checkpoint = []
         elif step % spec.report_every == 0:
             ray.train.report(_scalars(metrics))
         if stop_now:
@@ -209,7 +214,8 @@ def _scalars(metrics: dict[str, Any]) -> dict[str, Any]:
 
 
 def _report_with_checkpoint(engine: Any, spec: JobSpec, plan: Plan, step: int, rank: int,
-                            metrics: dict[str, Any], extra: dict[str, Any], wall0: float) -> None:
+                            metrics: dict[str, Any], extra: dict[str, Any], wall0: float,
+                            recent: list[dict[str, Any]]) -> None:
     import ray.train
 
     state = capture_state(engine, step=step, seed=spec.seed, rank=rank, extra=extra)
@@ -221,5 +227,8 @@ def _report_with_checkpoint(engine: Any, spec: JobSpec, plan: Plan, step: int, r
                   "global_batch": spec.global_batch, "wall_s": time.time() - wall0}
     with tempfile.TemporaryDirectory(prefix="tidal-ckpt-") as tmp:
         state.save(tmp)
+        # the per-step metrics since the previous checkpoint: the job's curve survives the loss
+        # of everything but its checkpoints (tidal.jobs.checkpoint.read_metrics)
+        (Path(tmp) / METRICS_FILE).write_text(json.dumps(recent))
         ray.train.report(_scalars(metrics), checkpoint=ray.train.Checkpoint.from_directory(tmp),
                          checkpoint_dir_name=f"step_{step:08d}")

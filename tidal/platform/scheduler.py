@@ -1,0 +1,335 @@
+"""The Tidal scheduler: a named, detached Ray actor (`tidal-scheduler` in namespace `tidal`).
+
+It holds the queue and the running jobs, persists them in SQLite (`tidal.platform.store`), and
+every `tick_s` runs one reconcile step — an explicit controller loop:
+
+    1. collect runs that ended: SUCCEEDED, FAILED (error kept), or back to QUEUED with their
+       checkpoint (a reconfiguration or a preemption);
+    2. if a job is still STOPPING, wait: its GPUs are not free yet;
+    3. snapshot the cluster (alive nodes with GPUs, CPUs, memory) and the jobs, and call the
+       pure policy `decide(snapshot)`;
+    4. apply only the difference: running jobs whose allocation or plan changes are asked to
+       stop at their next step boundary with a checkpoint (→ STOPPING); when nothing is
+       stopping, queued jobs with an allocation are launched on exactly the nodes the decision
+       names (`Resources.node_ids`) from their checkpoint (→ RUNNING).
+
+A restarted actor (`max_restarts=-1`) reopens the store: jobs it had RUNNING or STOPPING lost
+their runs with the old actor (Ray Train's controller and workers are owned by it), so they
+return to QUEUED from the newest checkpoint found under their run's storage directory.
+
+Jobs are planned at submission: a few profiles on real engines (`tidal.planner.fitting`), then
+the resource matrix (best plan and predicted samples/s per GPU count) the policy chooses from.
+A job that fits no plan on the cluster is rejected with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import pickle
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from tidal.jobs.checkpoint import read_meta, read_metrics
+from tidal.jobs.runner import Resources, RunHandle, launch, storage_root
+from tidal.jobs.spec import JobSpec, Plan, SpecError
+from tidal.platform.policy import Allocation, JobView, Node, Option, PolicyConfig, Snapshot, decide
+from tidal.platform.store import JobRecord, JobState, Store, state_dir
+
+log = logging.getLogger("tidal.scheduler")
+
+SCHEDULER_NAME = "tidal-scheduler"
+NAMESPACE = "tidal"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SchedulerConfig:
+    tick_s: float = 2.0
+    state_path: str | None = None  # SQLite file; default $TIDAL_STATE/tidal.sqlite
+    profile_samples: int = 4  # plans profiled per job (≤ 8)
+    profile_steps: int = 2
+    profile_gpus: float = 1.0  # GPUs per profiling worker (0 profiles on CPUs)
+    use_cuda: bool = False
+    gpu_mem_gib: float = 80.0
+    cpus_per_worker: float = 1.0
+    restart_cost_s: float = 30.0
+    max_failures: int = 1  # Ray Train restarts a crashed worker group from its last checkpoint
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+
+
+def _run_checkpoints(run_id: str | None) -> tuple[str | None, int, list[dict[str, Any]]]:
+    """A lost run's newest complete checkpoint, its step, and the metrics of the steps up to it."""
+    if not run_id:
+        return None, 0, []
+    root = storage_root() / run_id
+    best: tuple[str | None, int] = (None, 0)
+    metrics: list[dict[str, Any]] = []
+    for d in sorted(root.glob("step_*")) if root.exists() else []:
+        try:
+            step = int(read_meta(d)["step"])
+        except Exception:  # a half-written checkpoint: skip it
+            continue
+        metrics += read_metrics(d)
+        if step >= best[1]:
+            best = (str(d), step)
+    return best[0], best[1], [m for m in metrics if int(m["step"]) <= best[1]]
+
+
+class Scheduler:
+    """The actor's body (wrapped by `ray.remote` in `tidal.platform.sdk`)."""
+
+    def __init__(self, config: SchedulerConfig | None = None) -> None:
+        self.cfg = config or SchedulerConfig()
+        path = Path(self.cfg.state_path) if self.cfg.state_path else state_dir() / "tidal.sqlite"
+        self.store = Store(path)
+        self.curves_dir = path.parent / "curves"
+        self.curves_dir.mkdir(parents=True, exist_ok=True)
+        self.handles: dict[str, RunHandle] = {}
+        self.placement_checks: list[dict[str, Any]] = []
+        self.cancel_requested: set[str] = set()
+        self.lock = threading.RLock()
+        self.events: list[str] = []
+        self._recover()
+        self._wake = threading.Event()
+        threading.Thread(target=self._loop, name="tidal-reconcile", daemon=True).start()
+
+    # -- API -----------------------------------------------------------------------------
+
+    def ping(self) -> str:
+        return "ok"
+
+    def submit(self, spec: JobSpec) -> str:
+        if not isinstance(spec, JobSpec):
+            raise SpecError("spec", f"expected a tidal.JobSpec, got {type(spec).__name__}")
+        options, predicted_guarantee = self._plan(spec)
+        job_id = f"{spec.name}-{uuid.uuid4().hex[:6]}"
+        from ray import cloudpickle
+
+        self.store.add(JobRecord(job_id=job_id, name=spec.name, spec=cloudpickle.dumps(spec),
+                                 options=pickle.dumps((options, predicted_guarantee))))
+        self._event(f"{job_id} submitted ({len(options)} options, "
+                    f"{options[0].gpus}-{options[-1].gpus} GPUs)")
+        self._wake.set()
+        return job_id
+
+    def status(self, job_id: str | None = None) -> list[dict[str, Any]]:
+        recs = [self.store.get(job_id)] if job_id else self.store.all()
+        out = []
+        for r in recs:
+            h = self.handles.get(r.job_id)
+            p = h.progress() if h is not None else None
+            out.append({
+                "job_id": r.job_id, "name": r.name, "state": r.state.value,
+                "plan": Plan.from_dict(r.plan).short() if r.plan else "",
+                "gpus": sum(g for _, g in r.allocation or []),
+                "nodes": [n for n, _ in r.allocation or []],
+                "predicted_sps": r.predicted_sps,
+                "measured_sps": (p or {}).get("samples_per_s", r.measured_sps),
+                "step": (p or {}).get("step", r.step), "restarts": r.restarts, "error": r.error,
+                "checkpoint": r.checkpoint,
+            })
+        return out
+
+    def cancel(self, job_id: str) -> None:
+        with self.lock:
+            r = self.store.get(job_id)
+            if r.state.terminal:
+                return
+            h = self.handles.get(job_id)
+            if h is not None:
+                self.cancel_requested.add(job_id)
+                h.stop()
+                if r.state is JobState.RUNNING:
+                    self.store.update(job_id, state=JobState.STOPPING)
+            else:
+                self.store.update(job_id, state=JobState.CANCELLED, finished=time.time())
+        self._event(f"{job_id} cancel requested")
+        self._wake.set()
+
+    def history(self, job_id: str) -> list[dict[str, Any]]:
+        """The job's per-step metrics over all its runs so far (later runs win a step)."""
+        steps = {int(m["step"]): m for m in self._curve(job_id)}
+        h = self.handles.get(job_id)
+        for m in h.history() if h is not None else []:
+            steps[int(m["step"])] = m
+        return [steps[k] for k in sorted(steps)]
+
+    def placements(self) -> list[dict[str, Any]]:
+        """For every finished run: the nodes the decision named and where the workers ran."""
+        return list(self.placement_checks)
+
+    def _curve(self, job_id: str) -> list[dict[str, Any]]:
+        path = self.curves_dir / f"{job_id}.json"
+        return json.loads(path.read_text()) if path.exists() else []
+
+    def _save_curve(self, job_id: str, history: list[dict[str, Any]]) -> None:
+        steps = {int(m["step"]): m for m in self._curve(job_id)}
+        steps.update({int(m["step"]): m for m in history})
+        (self.curves_dir / f"{job_id}.json").write_text(json.dumps([steps[k] for k in sorted(steps)]))
+
+    def recent_events(self) -> list[str]:
+        return list(self.events[-200:])
+
+    # -- the controller ------------------------------------------------------------------
+
+    def _event(self, msg: str) -> None:
+        line = f"{time.strftime('%H:%M:%S')} {msg}"
+        self.events.append(line)
+        log.info(line)
+
+    def _recover(self) -> None:
+        for r in self.store.all():
+            if r.state in (JobState.RUNNING, JobState.STOPPING):
+                ckpt, step, metrics = _run_checkpoints(r.run_id)
+                self._save_curve(r.job_id, metrics)
+                self.store.update(r.job_id, state=JobState.QUEUED, allocation=None,
+                                  checkpoint=ckpt or r.checkpoint, step=max(step, r.step),
+                                  restarts=r.restarts + 1)
+                self._event(f"{r.job_id} recovered after a scheduler restart, from step {step}")
+
+    def _loop(self) -> None:
+        while True:
+            self._wake.wait(self.cfg.tick_s)
+            self._wake.clear()
+            try:
+                self.reconcile()
+            except Exception:  # the loop must survive; the error is logged with its trace
+                log.exception("reconcile failed")
+
+    def _plan(self, spec: JobSpec) -> tuple[tuple[Option, ...], float | None]:
+        from tidal.planner.fitting import profile_and_fit
+        from tidal.planner.planner import best_plan, packed, require_feasible, score
+
+        nodes = self._nodes()
+        if not nodes:
+            raise SpecError("cluster", "the Ray cluster has no node with GPUs")
+        per_node = max(n.gpus for n in nodes)
+        total = sum(n.gpus for n in nodes)
+        top = min(spec.max_gpus, total)
+        if top < spec.min_gpus:
+            raise SpecError("JobSpec.min_gpus", f"needs {spec.min_gpus} GPUs, the cluster has {total}")
+        fitted = profile_and_fit(spec, max_gpus=min(top, 2), gpus_per_node=per_node,
+                                 k=self.cfg.profile_samples, use_cuda=self.cfg.use_cuda,
+                                 steps=self.cfg.profile_steps, progress=False,
+                                 gpus_per_worker=self.cfg.profile_gpus)
+        mem = self.cfg.gpu_mem_gib * 2**30
+        shapes = [packed(n, per_node, gpu_mem_bytes=mem) for n in range(spec.min_gpus, top + 1)
+                  if spec.global_batch % n == 0]
+        require_feasible(spec, fitted.model, shapes)  # raises NoFeasiblePlan with the reason
+        options = []
+        for shape in shapes:
+            c = best_plan(spec, fitted.model, shape)
+            if c is not None:
+                options.append(Option(gpus=shape.num_gpus, plan=c.plan, samples_per_s=c.samples_per_s,
+                                      cpus_per_gpu=self.cfg.cpus_per_worker))
+        guarantee = None
+        if spec.guaranteed and spec.plan is not None and spec.requested_gpus is not None:
+            guarantee = score(spec.plan, fitted.model, packed(spec.requested_gpus, per_node,
+                                                              gpu_mem_bytes=mem)).samples_per_s
+        return tuple(options), guarantee
+
+    def _nodes(self) -> list[Node]:
+        out = []
+        for n in ray.nodes():
+            res = n.get("Resources", {})
+            if n.get("Alive") and res.get("GPU", 0) >= 1:
+                out.append(Node(node_id=n["NodeID"], gpus=int(res["GPU"]), cpus=float(res.get("CPU", 0)),
+                                memory=float(res.get("memory", 1e18))))
+        return sorted(out, key=lambda n: n.node_id)
+
+    def _collect(self) -> None:
+        for jid, h in list(self.handles.items()):
+            p = h.progress()
+            if p:
+                self.store.update(jid, step=int(p["step"]), measured_sps=float(p["samples_per_s"]))
+            if not h.done():
+                continue
+            del self.handles[jid]
+            rec = self.store.get(jid)
+            try:
+                r = h.result()
+            except Exception as e:  # the training function raised: this job fails alone
+                self.store.update(jid, state=JobState.FAILED, error=f"{type(e).__name__}: {e}"[-4000:],
+                                  allocation=None, finished=time.time())
+                self._event(f"{jid} FAILED: {type(e).__name__}")
+                continue
+            self._save_curve(jid, r.history)
+            named = sorted(n for n, g in rec.allocation or [] for _ in range(int(g)))
+            ran = sorted(r.worker_nodes.values())
+            self.placement_checks.append({"job_id": jid, "run_id": r.run_id, "decided": named, "ran": ran})
+            if named != ran:
+                self._event(f"{jid}: workers ran on {ran}, the decision named {named}")
+            fields: dict[str, Any] = {"checkpoint": r.checkpoint, "step": r.final_step, "allocation": None}
+            if r.finished:
+                self.store.update(jid, state=JobState.SUCCEEDED, finished=time.time(), **fields)
+                self._event(f"{jid} SUCCEEDED at step {r.final_step}")
+            elif jid in self.cancel_requested:
+                self.store.update(jid, state=JobState.CANCELLED, finished=time.time(), **fields)
+                self._event(f"{jid} CANCELLED at step {r.final_step}")
+            else:
+                self.store.update(jid, state=JobState.QUEUED, restarts=rec.restarts + 1, **fields)
+                self._event(f"{jid} stopped at step {r.final_step} for reconfiguration")
+
+    def _views(self, recs: list[JobRecord]) -> list[JobView]:
+        from ray import cloudpickle
+
+        views = []
+        for r in recs:
+            options, guarantee = pickle.loads(r.options)
+            spec: JobSpec = cloudpickle.loads(r.spec)
+            current = None
+            if r.state is JobState.RUNNING and r.allocation and r.plan:
+                current = Allocation(gpus_by_node=tuple((n, int(g)) for n, g in r.allocation),
+                                     plan=Plan.from_dict(r.plan))
+            remaining = float(max(0, spec.total_steps - r.step) * spec.global_batch)
+            views.append(JobView(job_id=r.job_id, arrival=r.submitted, options=options, guarantee=guarantee,
+                                 current=current, restarts=r.restarts, restart_cost_s=self.cfg.restart_cost_s,
+                                 remaining_samples=remaining))
+        return views
+
+    def reconcile(self) -> None:
+        from ray import cloudpickle
+
+        with self.lock:
+            self._collect()
+            recs = [r for r in self.store.all() if not r.state.terminal]
+            if any(r.state is JobState.STOPPING for r in recs):
+                return  # GPUs are being released; decide once they are
+            nodes = self._nodes()
+            if not recs or not nodes:
+                return
+            decision = decide(Snapshot(now=time.time(), nodes=tuple(nodes), jobs=tuple(self._views(recs)),
+                                       config=self.cfg.policy))
+            stopping = False
+            for r in recs:
+                if r.state is JobState.RUNNING and r.job_id in decision.changed:
+                    self.handles[r.job_id].stop()
+                    self.store.update(r.job_id, state=JobState.STOPPING)
+                    new = decision.allocations.get(r.job_id)
+                    self._event(f"{r.job_id} reconfigure: {Plan.from_dict(r.plan).short() if r.plan else ''}"
+                                f" → {new.plan.short() if new else 'queued'}")
+                    stopping = True
+            if stopping:
+                return
+            for r in recs:
+                a = decision.allocations.get(r.job_id)
+                if r.state is not JobState.QUEUED or a is None:
+                    continue
+                spec: JobSpec = cloudpickle.loads(r.spec)
+                node_ids = tuple(n for n, g in a.gpus_by_node for _ in range(g))
+                res = Resources(num_workers=a.plan.dp, gpus_per_worker=1,
+                                cpus_per_worker=self.cfg.cpus_per_worker, node_ids=node_ids)
+                run_id = f"{r.job_id}-r{r.restarts}"
+                self.handles[r.job_id] = launch(spec, a.plan, res, r.checkpoint, run_id=run_id,
+                                                max_failures=self.cfg.max_failures)
+                opt = next(o for o in pickle.loads(r.options)[0] if o.gpus == a.gpus)
+                self.store.update(r.job_id, state=JobState.RUNNING, plan=a.plan.to_dict(),
+                                  allocation=[[n, g] for n, g in a.gpus_by_node], run_id=run_id,
+                                  predicted_sps=opt.samples_per_s)
+                self._event(f"{r.job_id} launched: {a.plan.short()} on {dict(a.gpus_by_node)}")
