@@ -19,6 +19,7 @@ from tests.conftest import tiny_gpt_spec
 from tidal.jobs import Plan
 from tidal.jobs.runner import Resources, launch
 from tidal.platform import sdk
+from tidal.platform.policy import PolicyConfig
 from tidal.platform.scheduler import NAMESPACE, SCHEDULER_NAME, SchedulerConfig
 
 pytestmark = pytest.mark.integration
@@ -33,8 +34,12 @@ def _wait(pred: Any, what: str, timeout: float = 300.0) -> None:
 
 @pytest.fixture
 def scheduler(ray_cluster: Any, tmp_path: Path) -> Any:
+    # This tests the mechanism, not the damping (unit-tested in test_policy.py): with 4 logical
+    # GPUs on 2 cores the model fitted from 1-2 worker profiles overestimates throughput several
+    # times, so jobs look seconds from done and any restart cost would keep A as it is.
     cfg = SchedulerConfig(tick_s=1.0, state_path=str(tmp_path / "tidal.sqlite"), profile_samples=2,
-                          profile_steps=1, profile_gpus=0.0, restart_cost_s=1.0)
+                          profile_steps=1, profile_gpus=0.0, restart_cost_s=0.0,
+                          policy=PolicyConfig(aging_s=5.0))
     actor = sdk.connect(cfg)
     assert ray.get(actor.ping.remote()) == "ok"
     yield actor
@@ -43,9 +48,8 @@ def scheduler(ray_cluster: Any, tmp_path: Path) -> Any:
 
 
 def test_two_jobs_reconfiguration_and_scheduler_restart(scheduler: Any) -> None:
-    # long enough that sharing the GPUs pays for A's restart (the policy's damping)
-    spec_a = tiny_gpt_spec(name="job-a", total_steps=300, max_gpus=4, checkpoint_every=10)
-    spec_b = tiny_gpt_spec(name="job-b", total_steps=120, max_gpus=4, checkpoint_every=10, seed=1)
+    spec_a = tiny_gpt_spec(name="job-a", total_steps=240, max_gpus=4, checkpoint_every=10)
+    spec_b = tiny_gpt_spec(name="job-b", total_steps=90, max_gpus=4, checkpoint_every=10, seed=1)
     a = sdk.JobHandle(ray.get(scheduler.submit.remote(spec_a)), scheduler)
     _wait(lambda: a.status()["state"] == "RUNNING", "A to start")
     gpus_alone = a.status()["gpus"]
@@ -81,3 +85,38 @@ def test_two_jobs_reconfiguration_and_scheduler_restart(scheduler: Any) -> None:
     # placements are checked by the restarted actor for the runs it collected
     for check in ray.get(actor.placements.remote()):
         assert check["decided"] == check["ran"], check
+
+
+class FailAfter:
+    """A loss that raises after `n` calls in a process: the short profiles pass, the run fails."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.calls = n, 0
+
+    def __call__(self, model: Any, batch: Any) -> Any:
+        from tidal.jobs.models import lm_loss
+
+        self.calls += 1
+        if self.calls > self.n:
+            raise RuntimeError("boom: the training function failed")
+        return lm_loss(model, batch)
+
+
+def test_reject_fail_and_cancel(scheduler: Any) -> None:
+    from tidal.platform.cli import format_status
+
+    with pytest.raises(Exception, match="needs 8 GPUs, the cluster has 4"):
+        ray.get(scheduler.submit.remote(tiny_gpt_spec(name="too-big", min_gpus=8, max_gpus=8)))
+    ok = sdk.JobHandle(ray.get(scheduler.submit.remote(
+        tiny_gpt_spec(name="keeps-going", total_steps=5000, max_gpus=2))), scheduler)
+    bad = sdk.JobHandle(ray.get(scheduler.submit.remote(
+        tiny_gpt_spec(name="raises", total_steps=5000, max_gpus=2, loss=FailAfter(40)))), scheduler)
+    final = bad.wait(timeout=400, poll_s=2)
+    assert final["state"] == "FAILED" and "boom" in final["error"], final
+    table = format_status(sdk.list_jobs())
+    assert "FAILED" in table and "boom" in table
+    step = ok.status()["step"]
+    _wait(lambda: ok.status()["state"] == "RUNNING" and ok.status()["step"] > step, "the other job to go on")
+    ok.cancel()
+    assert ok.wait(timeout=200, poll_s=1)["state"] == "CANCELLED"
+    _wait(lambda: ray.available_resources().get("GPU", 0) == 4, "the cancelled job's GPUs to be freed", 120)

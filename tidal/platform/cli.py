@@ -1,6 +1,13 @@
 """The `tidal` command line.
 
     tidal plan FILE.py --gpus N [--gpus-per-node G] [--gpu-mem-gib M] [--write-config OUT.json]
+    tidal submit FILE.py [--wait]      submit the file's JobSpec to the scheduler actor
+    tidal status [JOB]                 jobs, states, plans, GPUs/nodes, samples/s, restarts
+    tidal cancel JOB
+
+`submit`, `status` and `cancel` join the Ray cluster this machine runs (`ray start`, or
+RAY_ADDRESS; Ray 2.60's CLI-side token auth needs RAY_AUTH_MODE=token) and start the detached
+`tidal-scheduler` actor if it is not there yet.
 
 `plan` loads the JobSpec that FILE.py defines (a module-level `spec`, or a `make_spec()`
 function; the file runs with __name__ != "__main__", so a script that submits itself under
@@ -17,6 +24,7 @@ import os
 import runpy
 import sys
 from pathlib import Path
+from typing import Any
 
 from tidal.jobs.spec import JobSpec
 
@@ -78,6 +86,53 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_submit(args: argparse.Namespace) -> int:
+    from tidal.platform import sdk
+
+    spec = load_spec(args.file)
+    handle = sdk.submit(spec)
+    print(f"submitted {handle.job_id}")
+    if args.wait:
+        st = handle.wait()
+        print(f"{handle.job_id} {st['state']}" + (f": {st['error']}" if st["error"] else ""))
+        return 0 if st["state"] == "SUCCEEDED" else 1
+    return 0
+
+
+def format_status(rows: list[dict[str, Any]]) -> str:
+    """The `tidal status` table: job, state, plan, GPUs/nodes, samples/s predicted vs measured."""
+    cols = f"{'job':<28}{'state':<11}{'plan':<20}{'GPUs':>5} {'nodes':<14}"
+    lines = [cols + f"{'samples/s pred/meas':>21}{'step':>7}{'restarts':>9}"]
+    for r in rows:
+        nodes = ",".join(str(n)[:6] for n in r["nodes"])
+        sps = f"{float(r['predicted_sps']):.0f}/{float(r['measured_sps']):.0f}"
+        lines.append(f"{r['job_id']!s:<28}{r['state']!s:<11}{r['plan']!s:<20}{r['gpus']!s:>5} "
+                     f"{nodes:<14}{sps:>21}{r['step']!s:>7}{r['restarts']!s:>9}")
+        if r["error"]:
+            lines.append(f"    error: {str(r['error']).strip().splitlines()[-1][:160]}")
+    return "\n".join(lines)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    import ray
+
+    from tidal.platform import sdk
+
+    rows = ray.get(sdk.connect().status.remote(args.job))
+    print(format_status(rows))
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    import ray
+
+    from tidal.platform import sdk
+
+    ray.get(sdk.connect().cancel.remote(args.job))
+    print(f"cancel requested: {args.job}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="tidal", description="Tidal: reconfigurable training on Ray")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -93,6 +148,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cuda", action="store_true", help="profile on GPUs (default: CPU with gloo)")
     p.add_argument("--write-config", type=Path, help="write the best plan's DeepSpeed config JSON here")
     p.set_defaults(func=cmd_plan)
+    s = sub.add_parser("submit", help="submit FILE.py's JobSpec to the Tidal scheduler")
+    s.add_argument("file", type=Path)
+    s.add_argument("--wait", action="store_true", help="wait until the job ends")
+    s.set_defaults(func=cmd_submit)
+    st = sub.add_parser("status", help="jobs and their states")
+    st.add_argument("job", nargs="?", default=None)
+    st.set_defaults(func=cmd_status)
+    c = sub.add_parser("cancel", help="cancel a job (it checkpoints and frees its GPUs)")
+    c.add_argument("job")
+    c.set_defaults(func=cmd_cancel)
     args = ap.parse_args(argv)
     if args.command == "plan" and not 1 <= args.samples <= 8:
         ap.error("--samples must be between 1 and 8")

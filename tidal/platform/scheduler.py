@@ -81,6 +81,28 @@ def _run_checkpoints(run_id: str | None) -> tuple[str | None, int, list[dict[str
     return best[0], best[1], [m for m in metrics if int(m["step"]) <= best[1]]
 
 
+class _Metrics:
+    """Ray metrics (`ray.util.metrics`): exported as `ray_tidal_*` on the metrics endpoint, so the
+    Ray dashboard / Prometheus / Grafana show them."""
+
+    def __init__(self) -> None:
+        from ray.util.metrics import Counter, Gauge
+
+        self.jobs = Gauge("tidal_jobs", "Tidal jobs per state", tag_keys=("state",))
+        self.gpus = Gauge("tidal_job_gpus", "GPUs held by a Tidal job", tag_keys=("job",))
+        self.sps = Gauge("tidal_job_samples_per_s", "Throughput of a Tidal job, predicted and measured",
+                         tag_keys=("job", "kind"))
+        self.changes = Counter("tidal_plan_changes", "Reconfigurations of running jobs", tag_keys=("job",))
+
+    def update(self, recs: list[JobRecord]) -> None:
+        for state in JobState:
+            self.jobs.set(sum(1 for r in recs if r.state is state), tags={"state": state.value})
+        for r in recs:
+            self.gpus.set(sum(int(g) for _, g in r.allocation or []), tags={"job": r.job_id})
+            self.sps.set(r.predicted_sps, tags={"job": r.job_id, "kind": "predicted"})
+            self.sps.set(r.measured_sps, tags={"job": r.job_id, "kind": "measured"})
+
+
 class Scheduler:
     """The actor's body (wrapped by `ray.remote` in `tidal.platform.sdk`)."""
 
@@ -95,6 +117,7 @@ class Scheduler:
         self.cancel_requested: set[str] = set()
         self.lock = threading.RLock()
         self.events: list[str] = []
+        self.metrics = _Metrics()
         self._recover()
         self._wake = threading.Event()
         threading.Thread(target=self._loop, name="tidal-reconcile", daemon=True).start()
@@ -298,7 +321,9 @@ class Scheduler:
 
         with self.lock:
             self._collect()
-            recs = [r for r in self.store.all() if not r.state.terminal]
+            everything = self.store.all()
+            self.metrics.update(everything)
+            recs = [r for r in everything if not r.state.terminal]
             if any(r.state is JobState.STOPPING for r in recs):
                 return  # GPUs are being released; decide once they are
             nodes = self._nodes()
@@ -311,6 +336,7 @@ class Scheduler:
                 if r.state is JobState.RUNNING and r.job_id in decision.changed:
                     self.handles[r.job_id].stop()
                     self.store.update(r.job_id, state=JobState.STOPPING)
+                    self.metrics.changes.inc(tags={"job": r.job_id})
                     new = decision.allocations.get(r.job_id)
                     self._event(f"{r.job_id} reconfigure: {Plan.from_dict(r.plan).short() if r.plan else ''}"
                                 f" → {new.plan.short() if new else 'queued'}")
