@@ -6,8 +6,6 @@ test_runner.py; this one needs no cluster and checks every ZeRO stage's capture/
 
 from __future__ import annotations
 
-import os
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,21 +23,12 @@ from tidal.jobs.checkpoint import (
     restore_state,
 )
 from tidal.jobs.data import StepSampler
-from tidal.jobs.worker import build_engine, train_step
+from tidal.jobs.worker import build_engine, init_world_of_one, train_step
 
 
 @pytest.fixture(scope="module")
 def dist_world_of_one() -> Iterator[None]:
-    import deepspeed
-    import torch.distributed as dist
-
-    if not dist.is_initialized():
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-                          MASTER_PORT=str(port))
-        deepspeed.init_distributed(dist_backend="gloo")
+    init_world_of_one("gloo")
     yield
 
 

@@ -103,7 +103,7 @@ class RunControl:
         assert self._stop_time is not None
         return self._stop_time
 
-    def heartbeat(self, run_id: str, metrics: list[dict[str, Any]]) -> bool:
+    def heartbeat(self, metrics: list[dict[str, Any]]) -> bool:
         for m in metrics:  # a restarted worker group may resend steps: keep the latest
             self._history[int(m["step"])] = m
         return self._stop
@@ -182,7 +182,8 @@ class RunHandle:
             stop_at_step=stop_at_step, control=self.control, use_cuda=use_cuda,
             threads_per_worker=max(1, int(resources.cpus_per_worker)),
         )
-        self._trainer = _make_trainer(worker, resources, use_cuda, max_failures)
+        self._trainer = make_trainer(train_loop, {"worker": worker}, resources, use_cuda=use_cuda,
+                                     name=self.run_id, max_failures=max_failures)
         self._result: RunResult | None = None
         self._error: BaseException | None = None
         self._stop_time: float | None = None
@@ -255,8 +256,11 @@ def _checkpoint_step(checkpoint: str | None) -> int:
     return int(read_meta(checkpoint)["step"])
 
 
-def _make_trainer(worker: WorkerConfig, resources: Resources, use_cuda: bool,
-                  max_failures: int) -> Any:
+def make_trainer(train_fn: Any, config: dict[str, Any], resources: Resources, *, use_cuda: bool,
+                 name: str, max_failures: int = 0) -> Any:
+    """A Ray Train V2 `TorchTrainer` of `resources.num_workers` workers running `train_fn`:
+    gloo on CPU / NCCL on CUDA, workers pinned per rank to `resources.node_ids` if given,
+    results under `storage_root()/name`. The runner and the profiler both build theirs here."""
     # Train V2's classes (what `ray.train` re-exports when V2 is on, the 2.60 default).
     from ray.train.torch import TorchConfig, TorchTrainer
     from ray.train.v2.api.config import FailureConfig, RunConfig, ScalingConfig
@@ -274,12 +278,12 @@ def _make_trainer(worker: WorkerConfig, resources: Resources, use_cuda: bool,
     storage = storage_root()
     storage.mkdir(parents=True, exist_ok=True)
     return TorchTrainer(
-        train_loop_per_worker=train_loop,
-        train_loop_config={"worker": worker},
+        train_loop_per_worker=train_fn,
+        train_loop_config=config,
         scaling_config=scaling,
         torch_config=TorchConfig(backend="nccl" if use_cuda else "gloo"),
         run_config=RunConfig(  # type: ignore[arg-type]  # V2 trainer, V1-typed signature
-            name=worker.run_id,
+            name=name,
             storage_path=str(storage),
             failure_config=FailureConfig(max_failures=max_failures),
         ),

@@ -36,6 +36,24 @@ from tidal.jobs.spec import JobSpec, Plan, PlanError
 log = logging.getLogger("tidal.worker")
 
 
+def init_world_of_one(backend: str = "gloo") -> None:
+    """A torch.distributed group of this process alone (rank 0 of 1) on a free local port:
+    what a DeepSpeed engine needs outside Ray Train (single-worker profiles, unit tests)."""
+    import os
+    import socket
+
+    import deepspeed
+
+    if dist.is_initialized():
+        return
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    deepspeed.init_distributed(dist_backend=backend)
+
+
 def step_seed(seed: int, step: int) -> int:
     """The RNG seed of optimizer step k: a function of (seed, k) only."""
     return (seed * 1_000_003 + step * 7919 + 12345) % (2**63 - 1)
@@ -192,7 +210,7 @@ def train_loop(config: dict[str, Any]) -> None:
             buffered.append(metrics)
             since_checkpoint.append(metrics)
             if pending is None and time.monotonic() - last_beat >= cfg.heartbeat_s:
-                pending = cfg.control.heartbeat.remote(cfg.run_id, buffered)
+                pending = cfg.control.heartbeat.remote(buffered)
                 buffered, last_beat = [], time.monotonic()
         last = step >= end or stop_now
         if last or step % spec.checkpoint_every == 0:
@@ -206,7 +224,7 @@ def train_loop(config: dict[str, Any]) -> None:
         if pending is not None:
             ray.get(pending)
         if buffered:
-            ray.get(cfg.control.heartbeat.remote(cfg.run_id, buffered))
+            ray.get(cfg.control.heartbeat.remote(buffered))
 
 
 def _scalars(metrics: dict[str, Any]) -> dict[str, Any]:

@@ -112,19 +112,12 @@ def measure(spec: JobSpec, plan: Plan, *, rank: int, steps: int, warmup: int,
 
 def _single(spec: JobSpec, plan: Plan, steps: int, warmup: int, use_cuda: bool) -> dict[str, Any]:
     """Body of the dp = 1 Ray task: a world of one, then `measure`."""
-    import os
-    import socket
-
-    import deepspeed
     import torch
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(port))
+    from tidal.jobs.worker import init_world_of_one
+
     torch.set_num_threads(1)
-    deepspeed.init_distributed(dist_backend="nccl" if use_cuda else "gloo")
+    init_world_of_one("nccl" if use_cuda else "gloo")
     try:
         return measure(spec, plan, rank=0, steps=steps, warmup=warmup, use_cuda=use_cuda).to_json()
     except Exception as e:  # reported as the row's status, not a crash of the profile
@@ -158,21 +151,13 @@ def profile_plan(spec: JobSpec, plan: Plan, *, gpus_per_worker: float = 1.0, ste
     if plan.dp == 1:
         task = ray.remote(max_calls=1)(_single).options(num_cpus=1, num_gpus=gpus_per_worker)
         return ProfileRecord.from_json(ray.get(task.remote(spec, plan, steps, warmup, use_cuda)))
-    from ray.train.torch import TorchConfig, TorchTrainer
-    from ray.train.v2.api.config import RunConfig, ScalingConfig
+    from tidal.jobs.runner import Resources, make_trainer
 
-    from tidal.jobs.runner import storage_root
-
-    trainer = TorchTrainer(
-        train_loop_per_worker=_multi_loop,
-        train_loop_config={"spec": spec, "plan": plan, "steps": steps, "warmup": warmup,
-                           "use_cuda": use_cuda},
-        scaling_config=ScalingConfig(num_workers=plan.dp, use_gpu=gpus_per_worker > 0,
-                                     resources_per_worker={"CPU": 1, "GPU": gpus_per_worker}
-                                     if gpus_per_worker > 0 else {"CPU": 1}),
-        torch_config=TorchConfig(backend="nccl" if use_cuda else "gloo"),
-        run_config=RunConfig(storage_path=str(storage_root()),  # type: ignore[arg-type]
-                             name=f"profile-{spec.name}-{plan.short()}-{time.time_ns()}"),
+    trainer = make_trainer(
+        _multi_loop,
+        {"spec": spec, "plan": plan, "steps": steps, "warmup": warmup, "use_cuda": use_cuda},
+        Resources(num_workers=plan.dp, gpus_per_worker=gpus_per_worker),
+        use_cuda=use_cuda, name=f"profile-{spec.name}-{plan.short()}-{time.time_ns()}",
     )
     try:
         result = trainer.fit()
