@@ -94,3 +94,46 @@ def test_workers_run_on_the_nodes_asked_for(ray_cluster: Any) -> None:
     assert both_other.worker_nodes == {0: other, 1: other}
     split = run(spec, plan, Resources(num_workers=2, gpus_per_worker=1, node_ids=(head, other)))
     assert split.worker_nodes == {0: head, 1: other}
+
+
+def test_autolrs_job_resumes_its_stage_on_another_worker_count(ray_cluster: Any) -> None:
+    """An AutoLRS job on 2 workers stopped in the middle of a probe, resumed on 1 worker under
+    ZeRO-3: the same stages, winners and losses as the job run in one go (here, in-process).
+    (`stop_at_step` cuts the probe hard, so the resumed job has 1 compute step less left: its
+    last, budget-limited stage trains one step less.)"""
+    import optuna
+
+    from tests.jobs.test_autolrs import _run
+    from tidal.jobs.autolrs import AutoLRS
+    from tidal.jobs.checkpoint import TrainState
+    from tidal.jobs.runner import storage_root
+    from tidal.jobs.worker import init_world_of_one
+
+    tuner = AutoLRS(trials=3, startup_trials=2, first_stage=12, min_probe=3)
+    spec = tiny_gpt_spec(name="autolrs-ray", lr=tuner, total_steps=60, checkpoint_every=1000)
+    init_world_of_one("gloo")
+    whole = _run(spec, Plan(dp=1, zero_stage=1, micro_batch=8), None, None)
+    assert whole.saved is not None
+    history = whole.saved.extra["autolrs"]["history"]
+
+    two = Plan(dp=2, zero_stage=1, micro_batch=4)
+    first = run(spec, two, _res(two), stop_at_step=7, job_key="autolrs-ray-test")
+    assert not first.finished and first.checkpoint is not None
+    meta = read_meta(first.checkpoint)
+    assert meta["step"] == 0 and meta["compute_steps"] == 7  # the stage's start, 2 probes done
+    one = Plan(dp=1, zero_stage=3, micro_batch=4, grad_accum=2)
+    second = run(spec, one, _res(one), first.checkpoint, job_key="autolrs-ray-test")
+    assert second.finished
+    resumed = TrainState.load(second.checkpoint).extra["autolrs"]["history"]
+    assert [(h["stage"], h["start"], h["lr"]) for h in resumed] == [
+        (h["stage"], h["start"], h["lr"]) for h in history]
+    ref = {r["step"]: r["loss"] for r in whole.rows}
+    got = {int(r["step"]): r["loss"] for r in second.history}
+    common = sorted(set(got) & set(ref))
+    assert len(common) >= len(ref) - 1 >= 45
+    assert [got[k] for k in common] == pytest.approx([ref[k] for k in common], rel=1e-3)
+    assert all(r["compute_steps"] >= r["step"] for r in second.history)
+    # every finished stage's search is an Optuna study in the job's SQLite file
+    db = storage_root() / "autolrs" / "autolrs-ray-test.sqlite"
+    studies = optuna.get_all_study_summaries(f"sqlite:///{db}")
+    assert len(studies) == len(history) and all(s.n_trials == 3 for s in studies)

@@ -132,8 +132,9 @@ def _full_shape(p: torch.nn.Parameter) -> torch.Size:
 
 
 def capture_state(engine: Any, *, step: int, seed: int, rank: int,
-                  extra: dict[str, Any] | None = None) -> TrainState | None:
-    """Gather the full training state; collective. Returns it on rank 0, None elsewhere."""
+                  extra: dict[str, Any] | None = None, all_ranks: bool = False) -> TrainState | None:
+    """Gather the full training state; collective. Returns it on rank 0 (on every rank with
+    `all_ranks`: what in-memory snapshots such as AutoLRS's probes need), None elsewhere."""
     from deepspeed.utils import (
         safe_get_full_fp32_param,
         safe_get_full_optimizer_state,
@@ -157,12 +158,12 @@ def capture_state(engine: Any, *, step: int, seed: int, rank: int,
             full = p.detach()
             st = inner.state.get(p, {})
             ea, eas = st.get("exp_avg"), st.get("exp_avg_sq")
-        if rank == 0:
+        if rank == 0 or all_ranks:
             params[name] = full.detach().float().cpu().clone()
             if ea is not None and eas is not None:
                 m[name] = ea.detach().float().cpu().clone()
                 v[name] = eas.detach().float().cpu().clone()
-    if rank != 0:
+    if rank != 0 and not all_ranks:
         return None
     return TrainState(step=step, seed=seed, adam_step=adam_step, params=params, exp_avg=m,
                       exp_avg_sq=v, extra=dict(extra or {}))
@@ -200,7 +201,7 @@ def _init_optimizer_state(engine: Any, adam_step: int) -> None:
 
 
 def restore_state(engine: Any, state: TrainState) -> None:
-    """Load a full state into a freshly built engine of any ZeRO stage / world size."""
+    """Load a full state into an engine of any ZeRO stage / world size, freshly built or not."""
     import deepspeed
     from deepspeed.utils import safe_set_full_fp32_param, safe_set_full_optimizer_state
 
@@ -218,8 +219,10 @@ def restore_state(engine: Any, state: TrainState) -> None:
                 f"!= model shape {tuple(_full_shape(p))}"
             )
     with_moments = bool(state.exp_avg)
-    if with_moments:
-        _init_optimizer_state(engine, state.adam_step)
+    # Always (re)create the optimizer state: a state captured before the first step has no
+    # moments, and restoring it into an engine that has trained since (an AutoLRS probe) must
+    # leave zero moments at step 0 — exactly what torch's Adam would create on its first step.
+    _init_optimizer_state(engine, state.adam_step)
     inner = _inner_optimizer(engine)
     for name, p in named:
         value = state.params[name]

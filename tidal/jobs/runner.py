@@ -165,10 +165,12 @@ class RunHandle:
 
     def __init__(self, *, spec: JobSpec, plan: Plan, resources: Resources,
                  checkpoint: str | None, stop_at_step: int | None, run_id: str | None,
-                 max_failures: int) -> None:
+                 max_failures: int, job_key: str | None) -> None:
         self.spec, self.plan, self.resources = spec, plan, resources
         self.run_id = run_id or f"{spec.name}-{uuid.uuid4().hex[:8]}"
-        self.start_step = _checkpoint_step(checkpoint)
+        self.start_step = _checkpoint_progress(checkpoint)[0] if checkpoint else 0
+        study = (str(storage_root() / "autolrs" / f"{job_key or spec.name}.sqlite")
+                 if spec.autolrs is not None else None)
         use_cuda = resources.device == "cuda" or (
             resources.device == "auto"
             and resources.gpus_per_worker > 0
@@ -180,7 +182,7 @@ class RunHandle:
         worker = WorkerConfig(
             spec=spec, plan=plan, run_id=self.run_id, resume_from=checkpoint,
             stop_at_step=stop_at_step, control=self.control, use_cuda=use_cuda,
-            threads_per_worker=max(1, int(resources.cpus_per_worker)),
+            threads_per_worker=max(1, int(resources.cpus_per_worker)), study_path=study,
         )
         self._trainer = make_trainer(train_loop, {"worker": worker}, resources, use_cuda=use_cuda,
                                      name=self.run_id, max_failures=max_failures)
@@ -196,12 +198,12 @@ class RunHandle:
             result = self._trainer.fit()
             history = ray.get(self.control.history.remote())
             workers = ray.get(self.control.workers.remote())
-            final = int(history[-1]["step"]) if history else self.start_step
             ckpt = result.checkpoint.path if result.checkpoint is not None else None
+            final, compute = _checkpoint_progress(ckpt) if ckpt else (self.start_step, self.start_step)
             self._result = RunResult(
                 spec_name=self.spec.name, plan=self.plan, run_id=self.run_id,
                 start_step=self.start_step, final_step=final,
-                finished=final >= self.spec.total_steps, checkpoint=ckpt, history=history,
+                finished=compute >= self.spec.total_steps, checkpoint=ckpt, history=history,
                 worker_nodes=workers,
                 wall_s=time.time() - self._t0, stop_requested_at=self._stop_time,
             )
@@ -248,12 +250,13 @@ class RunHandle:
         return self._result
 
 
-def _checkpoint_step(checkpoint: str | None) -> int:
-    if checkpoint is None:
-        return 0
+def _checkpoint_progress(checkpoint: str) -> tuple[int, int]:
+    """(data position, compute steps) of a checkpoint; they differ only for AutoLRS jobs, whose
+    probe steps count against the budget but do not advance the data."""
     from tidal.jobs.checkpoint import read_meta
 
-    return int(read_meta(checkpoint)["step"])
+    meta = read_meta(checkpoint)
+    return int(meta["step"]), int(meta.get("compute_steps", meta["step"]))
 
 
 def make_trainer(train_fn: Any, config: dict[str, Any], resources: Resources, *, use_cuda: bool,
@@ -292,15 +295,19 @@ def make_trainer(train_fn: Any, config: dict[str, Any], resources: Resources, *,
 
 def launch(spec: JobSpec, plan: Plan, resources: Resources, checkpoint: str | None = None, *,
            stop_at_step: int | None = None, run_id: str | None = None,
-           max_failures: int = 0) -> RunHandle:
-    """Start a run in the background. All validation happens here, before anything starts."""
+           max_failures: int = 0, job_key: str | None = None) -> RunHandle:
+    """Start a run in the background. All validation happens here, before anything starts.
+
+    `stop_at_step` bounds the run's compute steps (= optimizer steps; for an AutoLRS job they
+    include the probes). `job_key` names the job across its runs (the AutoLRS study file);
+    default the spec's name."""
     spec.check_plan(plan)
     if resources.num_workers != plan.dp:
         raise PlanError(
             "Resources.num_workers",
             f"plan {plan.short()} needs {plan.dp} workers, resources give {resources.num_workers}",
         )
-    start = _checkpoint_step(checkpoint)
+    start = _checkpoint_progress(checkpoint)[1] if checkpoint else 0
     if start >= spec.total_steps:
         raise SpecError(
             "checkpoint", f"checkpoint is at step {start}: the job ({spec.total_steps} steps) is done"
@@ -310,12 +317,13 @@ def launch(spec: JobSpec, plan: Plan, resources: Resources, checkpoint: str | No
     if not ray.is_initialized():
         ray.init()
     return RunHandle(spec=spec, plan=plan, resources=resources, checkpoint=checkpoint,
-                     stop_at_step=stop_at_step, run_id=run_id, max_failures=max_failures)
+                     stop_at_step=stop_at_step, run_id=run_id, max_failures=max_failures,
+                     job_key=job_key)
 
 
 def run(spec: JobSpec, plan: Plan, resources: Resources, checkpoint: str | None = None, *,
         stop_at_step: int | None = None, run_id: str | None = None,
-        max_failures: int = 0) -> RunResult:
+        max_failures: int = 0, job_key: str | None = None) -> RunResult:
     """Run to the end (or to `stop_at_step`) and return the result."""
     return launch(spec, plan, resources, checkpoint, stop_at_step=stop_at_step, run_id=run_id,
-                  max_failures=max_failures).result()
+                  max_failures=max_failures, job_key=job_key).result()

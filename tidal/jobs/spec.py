@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from tidal.jobs.autolrs import AutoLRS
 from tidal.jobs.lr import LRSchedule, constant
 
 ZERO_STAGES = (0, 1, 2, 3)
@@ -192,7 +193,9 @@ class JobSpec:
     plan:     the user's own plan (the guarantee is stated against it), optional.
     guaranteed: if True, the scheduler keeps the job at least at the throughput of
               `plan` on `requested_gpus` (Rubick's guarantee).
-    lr:       a float (constant) or an `LRSchedule`.
+    lr:       a float (constant), an `LRSchedule`, or "autolrs" / `AutoLRS(...)`: the LR is
+              tuned stage by stage inside the job (`tidal.jobs.autolrs`); its probe steps
+              count against `total_steps`, the job's budget of optimizer steps.
     """
 
     name: str
@@ -207,7 +210,7 @@ class JobSpec:
     plan: Plan | None = None
     requested_gpus: int | None = None
     guaranteed: bool = False
-    lr: float | LRSchedule = 1e-3
+    lr: float | LRSchedule | AutoLRS | str = 1e-3
     betas: tuple[float, float] = (0.9, 0.95)
     weight_decay: float = 0.0
     grad_clip: float = 1.0
@@ -245,8 +248,11 @@ class JobSpec:
             raise SpecError("JobSpec.plans", f"must be a PlanSpace, got {type(self.plans).__name__}")
         if self.precision not in ("fp32", "bf16"):
             raise SpecError("JobSpec.precision", f"must be 'fp32' or 'bf16', got {self.precision!r}")
-        if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float, LRSchedule)):
-            raise SpecError("JobSpec.lr", f"must be a float or an LRSchedule, got {self.lr!r}")
+        if isinstance(self.lr, str) and self.lr != "autolrs":
+            raise SpecError("JobSpec.lr", f"the only named LR tuner is 'autolrs', got {self.lr!r}")
+        if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float, LRSchedule, AutoLRS, str)):
+            raise SpecError("JobSpec.lr",
+                            f"must be a float, an LRSchedule, 'autolrs' or an AutoLRS, got {self.lr!r}")
         if isinstance(self.lr, (int, float)) and not self.lr > 0:
             raise SpecError("JobSpec.lr", f"must be > 0, got {self.lr!r}")
         if not (0 <= self.betas[0] < 1 and 0 <= self.betas[1] < 1):
@@ -316,8 +322,23 @@ class JobSpec:
         if reason is not None:
             raise PlanError("plan", reason)
 
+    @property
+    def autolrs(self) -> AutoLRS | None:
+        """The AutoLRS settings if the job tunes its LR, else None."""
+        if isinstance(self.lr, AutoLRS):
+            return self.lr
+        return AutoLRS() if self.lr == "autolrs" else None
+
     def lr_schedule(self) -> LRSchedule:
-        return constant(float(self.lr)) if isinstance(self.lr, (int, float)) else self.lr
+        """The LR per step; for an AutoLRS job, the LR the optimizer is built with (the tuner
+        sets every step's LR itself)."""
+        tuner = self.autolrs
+        if tuner is not None:
+            return constant(tuner.initial_lr)
+        if isinstance(self.lr, LRSchedule):
+            return self.lr
+        assert isinstance(self.lr, (int, float))
+        return constant(float(self.lr))
 
 
 def plans_for(spec: JobSpec, dp: int, *, stages: Sequence[int] | None = None) -> list[Plan]:

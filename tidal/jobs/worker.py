@@ -97,12 +97,13 @@ def set_lr(engine: Any, lr: float) -> None:
 
 
 def train_step(engine: Any, spec: JobSpec, plan: Plan, dataset: Any, sampler: StepSampler,
-               step: int, rank: int, device: torch.device) -> torch.Tensor:
-    """One optimizer step; returns this rank's mean micro-batch loss (a 0-d tensor)."""
+               step: int, rank: int, device: torch.device, lr: float | None = None) -> torch.Tensor:
+    """One optimizer step at data position `step` with learning rate `lr` (default: the job's
+    schedule); returns this rank's mean micro-batch loss (a 0-d tensor)."""
     from torch.utils.data import default_collate
 
     torch.manual_seed(step_seed(spec.seed, step))
-    set_lr(engine, spec.lr_schedule().at(step))
+    set_lr(engine, spec.lr_schedule().at(step) if lr is None else lr)
     idx = sampler.shard(step, rank, plan.dp)
     total = torch.zeros((), dtype=torch.float32, device=device)
     for m in range(plan.grad_accum):
@@ -113,6 +114,213 @@ def train_step(engine: Any, spec: JobSpec, plan: Plan, dataset: Any, sampler: St
         engine.step()
         total += loss.detach().float()
     return total / plan.grad_accum
+
+
+class LoopHooks:
+    """What the training loop needs from its host. `train_loop` plugs in Ray Train (metrics to
+    the run's control actor, checkpoints through `ray.train.report`); benchmarks and tests run
+    the same loop in a plain process with their own hooks. Methods marked rank 0 are called on
+    rank 0 only; `save` and `report` on every rank (checkpoint capture is collective)."""
+
+    def stop_requested(self) -> bool:
+        """Rank 0, once per executed step, without blocking: should the run stop now?"""
+        return False
+
+    def emit(self, row: dict[str, Any]) -> None:
+        """Rank 0: the metrics of one trained step (data position `row["step"]`)."""
+
+    def save(self, state: TrainState | None, row: dict[str, Any]) -> None:
+        """Every rank: a checkpoint of the job (the full state on rank 0, None elsewhere)."""
+
+    def report(self, row: dict[str, Any]) -> None:
+        """Every rank: a metrics report between checkpoints (every `report_every` steps)."""
+
+    def after_step(self, engine: Any, row: dict[str, Any]) -> None:
+        """Every rank: the engine now holds the state after data position `row["step"]` (e.g.
+        to evaluate it). Not called for the probe steps that did not win."""
+
+    def finish(self) -> None:
+        """Rank 0: the loop ended."""
+
+
+def run_loop(engine: Any, spec: JobSpec, plan: Plan, device: torch.device, *, rank: int, world: int,
+             dataset: Any, start: TrainState | None, stop_at: int | None, hooks: LoopHooks,
+             study_path: str | None = None) -> None:
+    """Train from `start` (None: from scratch) until the job's budget of `total_steps` compute
+    steps is spent, `stop_at` compute steps are done, or the host asks to stop; every way out
+    saves a checkpoint. With `JobSpec.lr` an `AutoLRS`, the steps are driven stage by stage by
+    the tuner (`tidal.jobs.autolrs`); otherwise the LR is the job's schedule at each step."""
+    step = start.step if start is not None else 0
+    extra = dict(start.extra) if start is not None else {}
+    loop = _Loop(engine, spec, plan, device, rank=rank, world=world, dataset=dataset, hooks=hooks,
+                 step=step, compute=int(extra.get("compute", step)), extra=extra)
+    end = spec.total_steps if stop_at is None else min(spec.total_steps, stop_at)
+    if spec.autolrs is None:
+        loop.plain(end)
+    else:
+        loop.autolrs(end, study_path)
+    if rank == 0:
+        hooks.finish()
+
+
+class _Loop:
+    """The step loop's state: data position, compute steps (probes included), the stop flag."""
+
+    def __init__(self, engine: Any, spec: JobSpec, plan: Plan, device: torch.device, *, rank: int,
+                 world: int, dataset: Any, hooks: LoopHooks, step: int, compute: int,
+                 extra: dict[str, Any]) -> None:
+        self.engine, self.spec, self.plan, self.device = engine, spec, plan, device
+        self.rank, self.world, self.dataset, self.hooks = rank, world, dataset, hooks
+        self.sampler = StepSampler(len(dataset), spec.global_batch, spec.seed)
+        self.step, self.compute, self.extra = step, compute, extra
+        self.stop_requested = False  # rank 0's view
+        self.stop_requested_globally = False  # every rank's, after a step's all-reduce
+        self.flag = torch.zeros(2, dtype=torch.float32, device=device)
+
+    def execute(self, position: int, lr: float) -> tuple[float, bool, float]:
+        """One optimizer step at data position `position`: (global mean loss, stop now, seconds).
+
+        The all-reduce of the loss carries rank 0's stop flag, so every rank stops together."""
+        t0 = time.perf_counter()
+        local = train_step(self.engine, self.spec, self.plan, self.dataset, self.sampler, position,
+                           self.rank, self.device, lr)
+        if self.rank == 0:
+            self.stop_requested = self.stop_requested or self.hooks.stop_requested()
+        self.flag[0] = local
+        self.flag[1] = 1.0 if self.stop_requested else 0.0
+        dist.all_reduce(self.flag)
+        self.compute += 1
+        stop = bool(self.flag[1] > 0)
+        self.stop_requested_globally = self.stop_requested_globally or stop
+        return float(self.flag[0]) / self.world, stop, time.perf_counter() - t0
+
+    def row(self, step: int, loss: float, lr: float, dt: float) -> dict[str, Any]:
+        b = self.spec.global_batch
+        return {"step": step, "loss": loss, "lr": lr, "step_time_s": dt, "samples_per_s": b / dt,
+                "samples": step * b, "compute_steps": self.compute, "probe_steps": self.compute - step,
+                "time": time.time(), "plan": self.plan.short()}
+
+    def save(self, row: dict[str, Any]) -> None:
+        """A checkpoint of the engine's current state at data position `self.step`."""
+        self.extra["compute"] = self.compute
+        state = capture_state(self.engine, step=self.step, seed=self.spec.seed, rank=self.rank,
+                              extra=self.extra)
+        if state is not None:
+            state.meta = {"job": self.spec.name, "plan": self.plan.to_dict(), "loss": row["loss"],
+                          "global_batch": self.spec.global_batch, "compute_steps": self.compute}
+        self.hooks.save(state, row)
+
+    def trained(self, loss: float, lr: float, dt: float, end: int, stop: bool) -> bool:
+        """Book one trained step (data position advances); True if the loop must end."""
+        self.step += 1
+        row = self.row(self.step, loss, lr, dt)
+        if self.rank == 0:
+            self.hooks.emit(row)
+        self.hooks.after_step(self.engine, row)
+        last = self.compute >= end or stop
+        if last or self.step % self.spec.checkpoint_every == 0:
+            self.save(row)
+        elif self.step % self.spec.report_every == 0:
+            self.hooks.report(row)
+        return last
+
+    def plain(self, end: int) -> None:
+        schedule = self.spec.lr_schedule()
+        while self.compute < end:
+            lr = schedule.at(self.step)
+            loss, stop, dt = self.execute(self.step, lr)
+            if self.trained(loss, lr, dt, end, stop):
+                return
+
+    def broadcast(self, value: float) -> float:
+        t = torch.tensor([value], dtype=torch.float64, device=self.device)
+        dist.broadcast(t, src=0)
+        return float(t[0])
+
+    def snapshot(self) -> TrainState:
+        """The full state on every rank (probes restore it locally)."""
+        state = capture_state(self.engine, step=self.step, seed=self.spec.seed, rank=self.rank,
+                              all_ranks=True)
+        assert state is not None
+        return state
+
+    def autolrs(self, end: int, study_path: str | None) -> None:
+        from tidal.jobs.autolrs import Tuner, TunerState
+
+        cfg = self.spec.autolrs
+        assert cfg is not None
+        saved = self.extra.get("autolrs")
+        tuner = Tuner(cfg, seed=self.spec.seed, budget=self.spec.total_steps, study_path=study_path,
+                      state=TunerState.from_dict(saved) if saved else None)
+        tuner.state.compute = self.compute
+        while self.compute < end:
+            if tuner.state.searching and not self.search(tuner, end):
+                return  # stopped in the middle of the search, checkpoint saved
+            while self.step < tuner.stage_end and self.compute < end:
+                lr = tuner.lr
+                loss, stop, dt = self.execute(self.step, lr)
+                tuner.state.compute = self.compute
+                self.extra["autolrs"] = tuner.state.to_dict()
+                if self.trained(loss, lr, dt, end, stop):
+                    return
+            if self.step >= tuner.stage_end:
+                tuner.next_stage(self.step)
+                self.extra["autolrs"] = tuner.state.to_dict()
+        # the budget ran out right after a search: checkpoint where the winner's probe ended
+        self.save({"step": self.step, "loss": float("nan"), "lr": tuner.lr, "compute_steps": self.compute})
+
+    def probe(self, position: int, steps: int, lr: float,
+              end: int | None) -> list[tuple[float, float, float]]:
+        """Up to `steps` steps from `position` with `lr`: (loss, lr, seconds) per step. Cut short
+        only by reaching `end` compute steps (None: never): a stop request is honoured when the
+        probe ends (≤ τ′ steps later), so a reconfiguration wastes no probe steps and the
+        resumed stage spends its budget exactly as an uninterrupted one."""
+        rows = []
+        for i in range(steps):
+            loss, _, dt = self.execute(position + i, lr)
+            rows.append((loss, lr, dt))
+            if end is not None and self.compute >= end:
+                break
+        return rows
+
+    def search(self, tuner: Any, end: int) -> bool:
+        """Run the stage's remaining probes and pick the winner. False: stopped part-way, the
+        stage's starting state checkpointed with the finished trials (a resume redoes only the
+        unfinished one)."""
+        st = tuner.state
+        start = self.snapshot()
+        best: tuple[TrainState, list[tuple[float, float, float]]] | None = None
+        first = True
+        while not tuner.search_done():
+            lr = self.broadcast(tuner.ask() if self.rank == 0 else 0.0)
+            if not first:
+                restore_state(self.engine, start)
+            first = False
+            rows = self.probe(st.stage_start, st.probe_len, lr, end)
+            st.compute = self.compute
+            if len(rows) == st.probe_len and tuner.tell(lr, [r[0] for r in rows]):
+                best = (self.snapshot(), rows)
+            if self.stop_requested_globally or self.compute >= end:
+                restore_state(self.engine, start)
+                self.extra["autolrs"] = st.to_dict()
+                self.save({"step": self.step, "loss": float("nan"), "lr": lr, "compute_steps": self.compute})
+                return False
+        win = tuner.choose()
+        if best is not None and best[1][0][1] == win:
+            restore_state(self.engine, best[0])
+            rows = best[1]
+        else:  # the winner was probed before a resume: its end state is gone, run it again
+            restore_state(self.engine, start)
+            rows = self.probe(st.stage_start, st.probe_len, win, None)
+            st.compute = self.compute
+        for loss, lr, dt in rows:  # the winner's probe steps are the stage's first steps
+            self.step += 1
+            row = self.row(self.step, loss, lr, dt)
+            if self.rank == 0:
+                self.hooks.emit(row)
+        self.hooks.after_step(self.engine, row)
+        self.extra["autolrs"] = st.to_dict()
+        return True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,6 +336,7 @@ class WorkerConfig:
     use_cuda: bool
     threads_per_worker: int
     heartbeat_s: float = 1.0  # rank 0 sends buffered metrics (and learns of a stop) this often
+    study_path: str | None = None  # the job's AutoLRS studies (SQLite), if it tunes its LR
 
 
 def _poll(pending: Any) -> tuple[bool, bool]:
@@ -160,8 +369,6 @@ def train_loop(config: dict[str, Any]) -> None:
         device = torch.device("cpu")
 
     engine = build_engine(spec, plan, device)
-    start = 0
-    extra: dict[str, Any] = {}
     restart = ray.train.get_checkpoint()  # set when Ray Train restarts us after a failure
     state: TrainState | None = None
     if restart is not None:
@@ -173,80 +380,78 @@ def train_loop(config: dict[str, Any]) -> None:
         # A failure inside restore is fatal for this run (the engine may be half-loaded);
         # the checkpoint itself is never modified, so the job's state is safe.
         restore_state(engine, state)
-        start, extra = state.step, state.extra
 
-    dataset = spec.dataset()
-    sampler = StepSampler(len(dataset), spec.global_batch, spec.seed)
-    end = spec.total_steps if cfg.stop_at_step is None else min(spec.total_steps, cfg.stop_at_step)
-    pending: Any = None
-    buffered: list[dict[str, Any]] = []
-    since_checkpoint: list[dict[str, Any]] = []  # rank 0's metrics, saved with the next checkpoint
-    stop_requested = False
-    flag = torch.zeros(2, dtype=torch.float32, device=device)
-    wall0 = time.time()
-    last_beat = -float("inf")
-    step = start
-    while step < end:
-        t0 = time.perf_counter()
-        local = train_step(engine, spec, plan, dataset, sampler, step, rank, device)
-        if rank == 0 and pending is not None:
-            resolved, stop = _poll(pending)
+    hooks = _RayHooks(cfg, rank)
+    run_loop(engine, spec, plan, device, rank=rank, world=world, dataset=spec.dataset(), start=state,
+             stop_at=cfg.stop_at_step, hooks=hooks, study_path=cfg.study_path)
+
+
+class _RayHooks(LoopHooks):
+    """The loop's host inside Ray Train: rank 0 sends metrics rows to the run's control actor in
+    batches (at most one call in flight, one per `heartbeat_s`) and learns of a stop from its
+    answer; checkpoints go through `ray.train.report`, with the rows since the previous one."""
+
+    def __init__(self, cfg: WorkerConfig, rank: int) -> None:
+        self.cfg, self.rank = cfg, rank
+        self.pending: Any = None
+        self.stop = False
+        self.buffered: list[dict[str, Any]] = []
+        self.since_checkpoint: list[dict[str, Any]] = []
+        self.last_beat = -float("inf")
+        self.wall0 = time.time()
+
+    def stop_requested(self) -> bool:
+        if self.pending is not None:
+            resolved, stop = _poll(self.pending)
             if resolved:
-                pending = None
-                stop_requested = stop_requested or stop
-        flag[0] = local
-        flag[1] = 1.0 if stop_requested else 0.0
-        dist.all_reduce(flag)
-        loss = float(flag[0]) / world
-        stop_now = bool(flag[1] > 0)
-        step += 1
-        dt = time.perf_counter() - t0
-        metrics = {
-            "step": step, "loss": loss, "lr": spec.lr_schedule().at(step - 1),
-            "step_time_s": dt, "samples_per_s": spec.global_batch / dt,
-            "samples": step * spec.global_batch, "time": time.time(), "plan": plan.short(),
-        }
-        if rank == 0:
-            buffered.append(metrics)
-            since_checkpoint.append(metrics)
-            if pending is None and time.monotonic() - last_beat >= cfg.heartbeat_s:
-                pending = cfg.control.heartbeat.remote(buffered)
-                buffered, last_beat = [], time.monotonic()
-        last = step >= end or stop_now
-        if last or step % spec.checkpoint_every == 0:
-            _report_with_checkpoint(engine, spec, plan, step, rank, metrics, extra, wall0, since_checkpoint)
-            since_checkpoint = []
-        elif step % spec.report_every == 0:
-            ray.train.report(_scalars(metrics))
-        if stop_now:
-            break
-    if rank == 0:
-        if pending is not None:
-            ray.get(pending)
-        if buffered:
-            ray.get(cfg.control.heartbeat.remote(buffered))
+                self.pending = None
+                self.stop = self.stop or stop
+        if self.pending is None and time.monotonic() - self.last_beat >= self.cfg.heartbeat_s:
+            self.pending = self.cfg.control.heartbeat.remote(self.buffered)
+            self.buffered, self.last_beat = [], time.monotonic()
+        return self.stop
+
+    def emit(self, row: dict[str, Any]) -> None:
+        self.buffered.append(row)
+        self.since_checkpoint.append(row)
+
+    def report(self, row: dict[str, Any]) -> None:
+        import ray.train
+
+        ray.train.report(_scalars(row))
+
+    def save(self, state: TrainState | None, row: dict[str, Any]) -> None:
+        import ray.train
+
+        if self.rank != 0 or state is None:
+            ray.train.report(_scalars(row))
+            return
+        state.meta["wall_s"] = time.time() - self.wall0
+        with tempfile.TemporaryDirectory(prefix="tidal-ckpt-") as tmp:
+            state.save(tmp)
+            # the per-step metrics since the previous checkpoint: the job's curve survives the
+            # loss of everything but its checkpoints (tidal.jobs.checkpoint.read_metrics)
+            (Path(tmp) / METRICS_FILE).write_text(json.dumps(self.since_checkpoint))
+            self.since_checkpoint = []
+            name = _checkpoint_name(state.step, int(row.get("compute_steps", state.step)))
+            ray.train.report(_scalars(row), checkpoint=ray.train.Checkpoint.from_directory(tmp),
+                             checkpoint_dir_name=name)
+
+    def finish(self) -> None:
+        import ray
+
+        if self.pending is not None:
+            ray.get(self.pending)
+        if self.buffered:
+            ray.get(self.cfg.control.heartbeat.remote(self.buffered))
+
+
+def _checkpoint_name(step: int, compute: int) -> str:
+    """`step_<data position>`, plus `_c<compute steps>` when probes made them differ (an AutoLRS
+    job may checkpoint the same position twice: before and after a stage's search)."""
+    name = f"step_{step:08d}"
+    return name if compute == step else f"{name}_c{compute:08d}"
 
 
 def _scalars(metrics: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in metrics.items() if isinstance(v, (int, float, str))}
-
-
-def _report_with_checkpoint(engine: Any, spec: JobSpec, plan: Plan, step: int, rank: int,
-                            metrics: dict[str, Any], extra: dict[str, Any], wall0: float,
-                            recent: list[dict[str, Any]]) -> None:
-    import ray.train
-
-    state = capture_state(engine, step=step, seed=spec.seed, rank=rank, extra=extra)
-    if rank != 0:
-        ray.train.report(_scalars(metrics))
-        return
-    assert state is not None
-    state.meta = {"job": spec.name, "plan": plan.to_dict(), "loss": metrics["loss"],
-                  "global_batch": spec.global_batch, "wall_s": time.time() - wall0}
-    with tempfile.TemporaryDirectory(prefix="tidal-ckpt-") as tmp:
-        state.save(tmp)
-        # the per-step metrics since the previous checkpoint: the job's curve survives the loss
-        # of everything but its checkpoints (tidal.jobs.checkpoint.read_metrics)
-        (Path(tmp) / METRICS_FILE).write_text(json.dumps(recent))
-        ray.train.report(_scalars(metrics), checkpoint=ray.train.Checkpoint.from_directory(tmp),
-                         checkpoint_dir_name=f"step_{step:08d}")

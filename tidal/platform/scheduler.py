@@ -353,7 +353,7 @@ class Scheduler:
                                 cpus_per_worker=self.cfg.cpus_per_worker, node_ids=node_ids)
                 run_id = f"{r.job_id}-r{r.restarts}"
                 self.handles[r.job_id] = launch(spec, a.plan, res, r.checkpoint, run_id=run_id,
-                                                max_failures=self.cfg.max_failures)
+                                                max_failures=self.cfg.max_failures, job_key=r.job_id)
                 opt = next(o for o in pickle.loads(r.options)[0] if o.gpus == a.gpus)
                 self.store.update(r.job_id, state=JobState.RUNNING, plan=a.plan.to_dict(),
                                   allocation=[[n, g] for n, g in a.gpus_by_node], run_id=run_id,

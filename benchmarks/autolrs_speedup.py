@@ -1,0 +1,135 @@
+"""AutoLRS against tuned constant and cosine schedules on the tiny Shakespeare GPT.
+
+Every method trains the same model from the same seed on the same data order with the same
+global batch, in this process (one DeepSpeed engine, ZeRO-0, world of one) through the job's own
+training loop (`tidal.jobs.worker.run_loop`), so AutoLRS's probes run exactly as in a job.
+
+    baselines  constant LR and warm-up + cosine, each at every peak LR of a small grid, for
+               `--steps` optimizer steps
+    target     the validation loss the best baseline reaches at its final step
+    AutoLRS    the same budget of compute steps, its probe steps included
+
+Prints the steps each method needs to reach the target (validation loss evaluated every
+`--eval-every` steps; AutoLRS's steps count its probes) and, last,
+`autolrs_speedup: X` = best baseline's steps ÷ AutoLRS's steps. Writes `results/autolrs.png`
+(loss and LR against compute steps) and `results/autolrs.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tidal.jobs.autolrs import AutoLRS, plot_schedule
+from tidal.jobs.lr import LRSchedule, WarmupCosine, constant
+from tidal.jobs.reference import evaluate, shakespeare_gpt
+from tidal.jobs.spec import JobSpec, Plan
+from tidal.jobs.worker import LoopHooks, build_engine, init_world_of_one, run_loop
+
+
+class _Recorder(LoopHooks):
+    """Keeps the rows and evaluates the held-out loss every `every` data steps (and at the end)."""
+
+    def __init__(self, spec: JobSpec, every: int, label: str) -> None:
+        self.spec, self.every, self.label = spec, every, label
+        self.rows: list[dict[str, Any]] = []
+        self.last_eval = 0
+        self.t0 = time.time()
+
+    def emit(self, row: dict[str, Any]) -> None:
+        self.rows.append(dict(row))
+
+    def after_step(self, engine: Any, row: dict[str, Any]) -> None:
+        last = row["compute_steps"] >= self.spec.total_steps
+        if row["step"] // self.every > self.last_eval // self.every or last:
+            self.last_eval = row["step"]
+            model = engine.module
+            model.eval()
+            val = evaluate(self.spec, model, batches=16, batch_size=64)
+            model.train()
+            self.rows[-1]["val_loss"] = val
+            print(f"  {self.label:<28} step {row['step']:>4}  compute {row['compute_steps']:>4}  "
+                  f"lr {row['lr']:.2e}  train {row['loss']:.3f}  val {val:.3f}  "
+                  f"({time.time() - self.t0:.0f} s)", flush=True)
+
+
+def train(label: str, lr: float | LRSchedule | AutoLRS, steps: int, every: int,
+          model_size: dict[str, int]) -> list[dict[str, Any]]:
+    spec = shakespeare_gpt(name="autolrs-bench", total_steps=steps, global_batch=32, max_gpus=1,
+                           lr=lr, checkpoint_every=10**9, report_every=10**9, **model_size)
+    plan = Plan(dp=1, zero_stage=0, micro_batch=32, grad_accum=1)
+    engine = build_engine(spec, plan, torch.device("cpu"))
+    rec = _Recorder(spec, every, label)
+    run_loop(engine, spec, plan, torch.device("cpu"), rank=0, world=1, dataset=spec.dataset(),
+             start=None, stop_at=None, hooks=rec, study_path=None)
+    return rec.rows
+
+
+def steps_to(rows: list[dict[str, Any]], target: float) -> float:
+    """Compute steps at the first evaluation whose validation loss is <= target (inf: never)."""
+    for r in rows:
+        if r.get("val_loss") is not None and r["val_loss"] <= target + 1e-9:
+            return float(r["compute_steps"])
+    return math.inf
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=400, help="baseline steps = every method's budget")
+    ap.add_argument("--eval-every", type=int, default=20)
+    ap.add_argument("--grid", type=float, nargs="+", default=[1e-3, 3e-3, 1e-2])
+    ap.add_argument("--out", default="results")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    init_world_of_one()
+    size = dict(seq_len=64, d_model=128, n_layer=4, n_head=4)
+    n, every = args.steps, args.eval_every
+    runs: dict[str, list[dict[str, Any]]] = {}
+    t0 = time.time()
+    for peak in args.grid:
+        runs[f"constant {peak:g}"] = train(f"constant {peak:g}", constant(peak), n, every, size)
+        cos = WarmupCosine(peak=peak, warmup=max(1, n // 20), total=n, floor=peak / 100)
+        runs[f"cosine {peak:g}"] = train(f"cosine {peak:g}", cos, n, every, size)
+    finals = {k: next(r["val_loss"] for r in reversed(v) if r.get("val_loss") is not None)
+              for k, v in runs.items()}
+    best = min(finals, key=lambda k: finals[k])
+    target = finals[best]
+    tuner = AutoLRS(lr_min=min(args.grid) / 3, lr_max=max(args.grid) * 3, trials=6, startup_trials=3,
+                    first_stage=max(20, n // 10), growth=2.0, max_stage=n, probe_fraction=0.08,
+                    min_probe=4)
+    runs["autolrs"] = train("autolrs", tuner, n, every, size)
+    print(f"\nbudget {n} steps per method, {time.time() - t0:.0f} s; target = validation loss "
+          f"{target:.4f} ({best} at its final step)\n")
+    print(f"{'method':<18}{'final val':>10}{'steps to target':>17}")
+    reached = {k: steps_to(v, target) for k, v in runs.items()}
+    for k, v in runs.items():
+        final = next(r["val_loss"] for r in reversed(v) if r.get("val_loss") is not None)
+        s = reached[k]
+        print(f"{k:<18}{final:>10.4f}{('-' if math.isinf(s) else int(s)):>17}")
+    auto = runs["autolrs"]
+    probes = auto[-1]["probe_steps"]
+    print(f"\nautolrs: {probes} of its {auto[-1]['compute_steps']} compute steps were losing probes")
+    baseline_steps = min(s for k, s in reached.items() if k != "autolrs")
+    speedup = baseline_steps / reached["autolrs"] if not math.isinf(reached["autolrs"]) else 0.0
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    best_const = min((k for k in runs if k.startswith("constant")), key=lambda k: finals[k])
+    best_cos = min((k for k in runs if k.startswith("cosine")), key=lambda k: finals[k])
+    plot_schedule({k: runs[k] for k in (best_const, best_cos, "autolrs")}, out / "autolrs.png",
+                  target=target)
+    (out / "autolrs.json").write_text(json.dumps({"target": target, "best_baseline": best,
+                                                  "steps_to_target": reached, "runs": runs}, default=str))
+    print(f"wrote {out / 'autolrs.png'}")
+    print(f"autolrs_speedup: {speedup:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,318 @@
+"""AutoLRS inside a job: the learning rate is tuned stage by stage by Bayesian optimization.
+
+After AutoLRS (Jin et al., "Automatic Learning-Rate Schedule by Bayesian Optimization on the
+Fly", ICLR 2021). Training is cut into stages of τ optimizer steps. At the start of a stage
+the tuner tries k candidate LRs, each for τ′ ≪ τ steps from the *same* starting state
+(weights, Adam moments, data position; the RNG of step s is re-seeded from (seed, s)), fits
+each short loss curve with an exponential model and forecasts its loss at the stage's end:
+
+    L(t) = a·e^(b·t) + c,  b < 0            t = steps since the stage started
+    forecast = L(τ)
+
+An Optuna study (`GPSampler`, a Gaussian-process sampler: few random start-up trials, then
+expected improvement) proposes each candidate from the forecasts seen so far in the stage.
+The best forecast wins; the job continues from the end of the winner's probe (identical to
+restoring the start and re-running it, since the steps are deterministic) and trains the rest
+of the stage with it. τ grows geometrically (τ_{n+1} = growth·τ_n, at most `max_stage`): the
+LR needs re-tuning often early on, rarely later.
+
+**Cost.** Every probe step is real training compute. The steps of the k−1 losing probes are
+overhead; they are counted in `compute_steps`, which every metrics row carries and which the
+job's budget (`JobSpec.total_steps`) is measured in. The data position `step` counts only
+steps that became part of the trained model.
+
+**Where the decisions are made.** The tuner's logic here is deterministic given its state,
+and its state (`TunerState`) lives in every checkpoint's `extra`, so a job stopped in the
+middle of a stage — even in the middle of a probe — resumes the same stage under any plan and
+worker count. Only rank 0 asks Optuna for a candidate; the worker broadcasts it to all ranks.
+The study a decision is made on is rebuilt from the checkpointed trials, with the sampler seeded
+from (seed, stage, trial), so a resumed stage proposes the same candidates; each stage's study
+is also written to a per-job SQLite file that `optuna-dashboard sqlite:///<file>` can open.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True, kw_only=True)
+class AutoLRS:
+    """AutoLRS settings (`JobSpec(lr=AutoLRS(...))`; `lr="autolrs"` takes these defaults).
+
+    lr_min, lr_max: the log-scale range the candidates are drawn from.
+    trials:         k, candidate LRs tried per stage (AutoLRS: about ten).
+    startup_trials: random candidates before the Gaussian process takes over.
+    first_stage:    τ of the first stage, in optimizer steps.
+    growth, max_stage: τ_{n+1} = min(max_stage, growth·τ_n).
+    probe_fraction: τ′ = max(min_probe, round(probe_fraction·τ)).
+    """
+
+    lr_min: float = 1e-4
+    lr_max: float = 3e-2
+    trials: int = 8
+    startup_trials: int = 3
+    first_stage: int = 50
+    growth: float = 2.0
+    max_stage: int = 800
+    probe_fraction: float = 0.1
+    min_probe: int = 3
+
+    def __post_init__(self) -> None:
+        if not 0 < self.lr_min < self.lr_max:
+            raise ValueError(f"AutoLRS needs 0 < lr_min < lr_max, got {self.lr_min!r}, {self.lr_max!r}")
+        if not isinstance(self.trials, int) or self.trials < 2:
+            raise ValueError(f"AutoLRS.trials must be an integer >= 2, got {self.trials!r}")
+        if not 1 <= self.startup_trials <= self.trials:
+            raise ValueError(f"AutoLRS.startup_trials must lie in [1, trials], got {self.startup_trials!r}")
+        if self.min_probe < 3:
+            raise ValueError(f"AutoLRS.min_probe must be >= 3 (3 points fit a, b, c), got {self.min_probe!r}")
+        if self.first_stage < 2 * self.min_probe:
+            raise ValueError(f"AutoLRS.first_stage must be >= 2·min_probe, got {self.first_stage!r}")
+        if self.growth < 1 or self.max_stage < self.first_stage:
+            raise ValueError("AutoLRS needs growth >= 1 and max_stage >= first_stage")
+        if not 0 < self.probe_fraction < 1:
+            raise ValueError(f"AutoLRS.probe_fraction must lie in (0, 1), got {self.probe_fraction!r}")
+
+    def probe_len(self, tau: int) -> int:
+        return max(self.min_probe, round(self.probe_fraction * tau))
+
+    @property
+    def initial_lr(self) -> float:
+        """The LR the optimizer is built with (every step's LR is set by the tuner)."""
+        return math.sqrt(self.lr_min * self.lr_max)
+
+
+# -- the forecast ---------------------------------------------------------------------------
+
+
+def fit_exponential(t: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
+    """Least-squares fit of y ≈ a·e^(b·t) + c with b < 0.
+
+    For a fixed b the model is linear in (a, c), so the fit is a one-dimensional search over b:
+    a log-spaced grid of decay rates (from 1/1000 to 3 of the curve's length per step), the
+    closed-form (a, c) for each, then a bounded refinement of b around the best grid point.
+    """
+    from scipy.optimize import minimize_scalar
+
+    t = np.asarray(t, dtype=float)
+    y = np.asarray(y, dtype=float)
+    if t.shape != y.shape or t.size < 3:
+        raise ValueError("fit_exponential needs at least 3 points of equal-length t and y")
+    span = max(float(t.max() - t.min()), 1.0)
+
+    def solve(b: float) -> tuple[float, float, float]:
+        x = np.exp(b * (t - t[0]))
+        design = np.stack([x, np.ones_like(x)], axis=1)
+        (a0, c), *_ = np.linalg.lstsq(design, y, rcond=None)
+        sse = float(np.sum((design @ np.array([a0, c]) - y) ** 2))
+        return sse, float(a0), float(c)
+
+    grid = -np.geomspace(1e-3 / span, 3.0, 60)
+    sses = [solve(float(b))[0] for b in grid]
+    i = int(np.argmin(sses))
+    lo, hi = grid[min(i + 1, len(grid) - 1)], grid[max(i - 1, 0)]
+    b = float(minimize_scalar(lambda b: solve(b)[0], bounds=(min(lo, hi), max(lo, hi)),
+                              method="bounded").x) if lo != hi else float(grid[i])
+    _, a0, c = solve(b)
+    a = a0 * math.exp(-b * float(t[0]))  # refer a to t = 0: a·e^(b·t) = a0·e^(b·(t − t0))
+    return a, b, c
+
+
+def forecast(losses: list[float], horizon: int) -> float:
+    """The loss a probe's curve (losses at t = 1..τ′) predicts at t = horizon.
+
+    A curve that is not finite (diverged) forecasts +inf; the caller maps it to a penalty.
+    """
+    y = np.asarray(losses, dtype=float)
+    if not np.all(np.isfinite(y)):
+        return math.inf
+    t = np.arange(1, len(y) + 1, dtype=float)
+    a, b, c = fit_exponential(t, y)
+    value = a * math.exp(b * horizon) + c
+    # A rising curve extrapolates without bound; never forecast beyond its own range either way
+    # by more than the change it showed (the forecast orders candidates, it is not a promise).
+    lo, hi = float(y.min()) - (float(y.max()) - float(y.min())), float(y.max()) + abs(float(y[-1] - y[0]))
+    return float(min(max(value, lo), hi))
+
+
+# -- the tuner's state and decisions ---------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class TunerState:
+    """Everything the tuner knows; saved in each checkpoint as `extra["autolrs"]`."""
+
+    stage: int = 0
+    stage_start: int = 0  # data position where the stage began
+    tau: int = 0  # steps in this stage (probe of the winner included)
+    probe_len: int = 0  # τ′ (0: this stage does not search)
+    searching: bool = True
+    trials: list[dict[str, Any]] = field(default_factory=list)  # this stage: lr, forecast, losses
+    lr: float | None = None  # the stage's winner, once chosen
+    compute: int = 0  # optimizer steps executed so far, probes included
+    history: list[dict[str, Any]] = field(default_factory=list)  # one row per finished search
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TunerState:
+        return cls(**d)
+
+
+class Tuner:
+    """The AutoLRS controller: what to try, what won, and where stages begin and end.
+
+    The worker drives it (`tidal.jobs.worker`): at a stage start with `state.searching`, it
+    runs `trials` probes, each `ask()` → τ′ steps → `tell(lr, losses)`, then `choose()`; it then
+    trains with `state.lr` up to `stage_end`, and calls `next_stage(position)`.
+    """
+
+    def __init__(self, cfg: AutoLRS, *, seed: int, budget: int, state: TunerState | None = None,
+                 study_path: str | Path | None = None) -> None:
+        self.cfg = cfg
+        self.seed = seed
+        self.budget = budget
+        self.study_path = Path(study_path) if study_path else None
+        if state is None:
+            self.state = TunerState()
+            self._begin(0, cfg.first_stage)
+        else:
+            self.state = state
+
+    @property
+    def lr(self) -> float:
+        """The LR to train with outside a search."""
+        return self.state.lr if self.state.lr is not None else self.cfg.initial_lr
+
+    @property
+    def stage_end(self) -> int:
+        return self.state.stage_start + self.state.tau
+
+    def _distribution(self) -> Any:
+        from optuna.distributions import FloatDistribution
+
+        return FloatDistribution(self.cfg.lr_min, self.cfg.lr_max, log=True)
+
+    def ask(self) -> float:
+        """The next candidate LR of this stage (rank 0 only; the worker broadcasts it).
+
+        The study is rebuilt from the stage's trials, so the proposal is a function of the
+        checkpointed state only: a resumed stage asks for the same candidates."""
+        import optuna
+        from optuna.trial import create_trial
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        n = len(self.state.trials)
+        sampler = optuna.samplers.GPSampler(
+            seed=(self.seed * 1_000_003 + self.state.stage * 1009 + n) % (2**31),
+            n_startup_trials=self.cfg.startup_trials,
+        )
+        study = optuna.create_study(direction="minimize", sampler=sampler)
+        dist = self._distribution()
+        for tr in self.state.trials:
+            study.add_trial(create_trial(params={"lr": tr["lr"]}, distributions={"lr": dist},
+                                         value=tr["value"]))
+        trial = study.ask({"lr": dist})
+        return float(trial.params["lr"])
+
+    def tell(self, lr: float, losses: list[float]) -> bool:
+        """Record a finished probe; True if its forecast is the best of the stage so far."""
+        f = forecast(losses, self.state.tau)
+        # A diverged probe gets a finite penalty (the GP needs numbers): worse than any curve.
+        value = f if math.isfinite(f) else (max(losses[0], 0.0) + 10.0 if math.isfinite(losses[0]) else 1e6)
+        best = min((tr["value"] for tr in self.state.trials), default=math.inf)
+        self.state.trials.append({"lr": lr, "value": value, "losses": [float(x) for x in losses]})
+        return value < best
+
+    def search_done(self) -> bool:
+        return len(self.state.trials) >= self.cfg.trials
+
+    def choose(self) -> float:
+        """End the search: the winner's probe steps become this stage's first steps."""
+        s = self.state
+        win = min(s.trials, key=lambda tr: tr["value"])
+        s.lr, s.searching = float(win["lr"]), False
+        s.history.append({"stage": s.stage, "start": s.stage_start, "tau": s.tau,
+                          "probe_len": s.probe_len, "lr": s.lr,
+                          "trials": [(tr["lr"], tr["value"]) for tr in s.trials]})
+        self._mirror_study()
+        return s.lr
+
+    def next_stage(self, position: int) -> None:
+        """The stage after the current one, starting at data position `position`:
+        τ_{n+1} = min(max_stage, growth·τ_n)."""
+        self.state.stage += 1
+        self._begin(position, min(self.cfg.max_stage, round(self.cfg.growth * self.state.tau)))
+
+    def _begin(self, position: int, tau: int) -> None:
+        """A stage of (up to) τ steps at `position`, shrunk to what the budget (in compute steps)
+        has left after the search; when the rest cannot pay for a search, the stage trains on
+        with the previous winner."""
+        s, cfg = self.state, self.cfg
+        left = self.budget - s.compute
+        probe = cfg.probe_len(tau)
+        overhead = (cfg.trials - 1) * probe
+        s.stage_start = position
+        s.trials = []
+        if left - overhead >= 2 * probe:
+            s.tau, s.probe_len, s.searching = min(tau, left - overhead), probe, True
+        else:
+            s.tau, s.probe_len, s.searching = max(1, left), 0, False
+
+    def _mirror_study(self) -> None:
+        """Write the finished stage's trials as an Optuna study in the job's SQLite file."""
+        if self.study_path is None:
+            return
+        import optuna
+        from optuna.trial import create_trial
+
+        self.study_path.parent.mkdir(parents=True, exist_ok=True)
+        s = self.state
+        study = optuna.create_study(storage=f"sqlite:///{self.study_path}",
+                                    study_name=f"stage-{s.stage:03d}-at-step-{s.stage_start}",
+                                    direction="minimize", load_if_exists=True)
+        if study.trials:  # already written (a stage finished, then the run resumed before it)
+            return
+        dist = self._distribution()
+        for i, tr in enumerate(s.trials):
+            study.add_trial(create_trial(params={"lr": tr["lr"]}, distributions={"lr": dist},
+                                         value=tr["value"],
+                                         user_attrs={"trial": i, "probe_losses": tr["losses"],
+                                                     "stage_start": s.stage_start, "tau": s.tau}))
+        study.set_user_attr("winner_lr", s.lr)
+
+
+def plot_schedule(rows_by_method: dict[str, list[dict[str, Any]]], path: str | Path, *,
+                  x: str = "compute_steps", target: float | None = None) -> None:
+    """Loss (top) and learning rate (bottom, log scale) per method against compute steps."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_loss, ax_lr) = plt.subplots(2, 1, figsize=(9, 7), sharex=True)
+    for name, rows in rows_by_method.items():
+        xs = [r.get(x, r["step"]) for r in rows]
+        ax_loss.plot(xs, [r["loss"] for r in rows], lw=0.8, alpha=0.5, label=f"{name} (train)")
+        ev = [(r.get(x, r["step"]), r["val_loss"]) for r in rows if r.get("val_loss") is not None]
+        if ev:
+            ax_loss.plot(*zip(*ev, strict=True), marker="o", ms=3, label=f"{name} (validation)")
+        ax_lr.plot(xs, [r["lr"] for r in rows], label=name)
+    if target is not None:
+        ax_loss.axhline(target, color="k", ls="--", lw=0.8, label="target")
+    ax_loss.set_ylabel("loss")
+    ax_loss.legend(fontsize=7)
+    ax_lr.set_yscale("log")
+    ax_lr.set_ylabel("learning rate")
+    ax_lr.set_xlabel(x.replace("_", " "))
+    ax_lr.legend(fontsize=7)
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
