@@ -39,7 +39,7 @@ def scheduler(ray_cluster: Any, tmp_path: Path) -> Any:
     # times, so jobs look seconds from done and any restart cost would keep A as it is.
     cfg = SchedulerConfig(tick_s=1.0, state_path=str(tmp_path / "tidal.sqlite"), profile_samples=2,
                           profile_steps=1, profile_gpus=0.0, restart_cost_s=0.0,
-                          policy=PolicyConfig(aging_s=5.0))
+                          policy=PolicyConfig(aging_s=1e6))
     actor = sdk.connect(cfg)
     assert ray.get(actor.ping.remote()) == "ok"
     yield actor

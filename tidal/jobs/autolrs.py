@@ -50,6 +50,10 @@ class AutoLRS:
     first_stage:    τ of the first stage, in optimizer steps.
     growth, max_stage: τ_{n+1} = min(max_stage, growth·τ_n).
     probe_fraction: τ′ = max(min_probe, round(probe_fraction·τ)).
+    warmup_steps, warmup_lr: a linear warm-up to `warmup_lr` (default: the geometric mean of
+                    the range) before the first stage. Adam at a large LR from random weights
+                    does lasting damage a few probe steps cannot see (the reference AutoLRS
+                    takes a warm-up from its user too).
     """
 
     lr_min: float = 1e-4
@@ -61,6 +65,8 @@ class AutoLRS:
     max_stage: int = 800
     probe_fraction: float = 0.1
     min_probe: int = 3
+    warmup_steps: int = 0
+    warmup_lr: float | None = None
 
     def __post_init__(self) -> None:
         if not 0 < self.lr_min < self.lr_max:
@@ -75,6 +81,8 @@ class AutoLRS:
             raise ValueError(f"AutoLRS.first_stage must be >= 2·min_probe, got {self.first_stage!r}")
         if self.growth < 1 or self.max_stage < self.first_stage:
             raise ValueError("AutoLRS needs growth >= 1 and max_stage >= first_stage")
+        if self.warmup_steps < 0 or (self.warmup_lr is not None and not self.warmup_lr > 0):
+            raise ValueError("AutoLRS needs warmup_steps >= 0 and warmup_lr > 0")
         if not 0 < self.probe_fraction < 1:
             raise ValueError(f"AutoLRS.probe_fraction must lie in (0, 1), got {self.probe_fraction!r}")
 
@@ -85,6 +93,11 @@ class AutoLRS:
     def initial_lr(self) -> float:
         """The LR the optimizer is built with (every step's LR is set by the tuner)."""
         return math.sqrt(self.lr_min * self.lr_max)
+
+    def warmup(self, step: int) -> float:
+        """The LR of warm-up step `step` (< warmup_steps): linear to warmup_lr."""
+        peak = self.warmup_lr if self.warmup_lr is not None else self.initial_lr
+        return peak * (step + 1) / self.warmup_steps
 
 
 # -- the forecast ---------------------------------------------------------------------------
@@ -134,10 +147,10 @@ def forecast(losses: list[float], horizon: int) -> float:
     t = np.arange(1, len(y) + 1, dtype=float)
     a, b, c = fit_exponential(t, y)
     value = a * math.exp(b * horizon) + c
-    # A rising curve extrapolates without bound; never forecast beyond its own range either way
-    # by more than the change it showed (the forecast orders candidates, it is not a promise).
-    lo, hi = float(y.min()) - (float(y.max()) - float(y.min())), float(y.max()) + abs(float(y[-1] - y[0]))
-    return float(min(max(value, lo), hi))
+    # A rising curve extrapolates without bound: cap it at its own range above its maximum (it
+    # ranks last either way). A loss is never negative.
+    hi = float(y.max()) + abs(float(y[-1] - y[0]))
+    return float(min(max(value, 0.0), hi))
 
 
 # -- the tuner's state and decisions ---------------------------------------------------------
@@ -181,7 +194,7 @@ class Tuner:
         self.study_path = Path(study_path) if study_path else None
         if state is None:
             self.state = TunerState()
-            self._begin(0, cfg.first_stage)
+            self._begin(cfg.warmup_steps, cfg.first_stage)
         else:
             self.state = state
 
@@ -255,7 +268,7 @@ class Tuner:
         has left after the search; when the rest cannot pay for a search, the stage trains on
         with the previous winner."""
         s, cfg = self.state, self.cfg
-        left = self.budget - s.compute
+        left = self.budget - max(s.compute, position)
         probe = cfg.probe_len(tau)
         overhead = (cfg.trials - 1) * probe
         s.stage_start = position

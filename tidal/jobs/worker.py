@@ -253,6 +253,13 @@ class _Loop:
         tuner = Tuner(cfg, seed=self.spec.seed, budget=self.spec.total_steps, study_path=study_path,
                       state=TunerState.from_dict(saved) if saved else None)
         tuner.state.compute = self.compute
+        while self.step < cfg.warmup_steps and self.compute < end:  # before the first stage
+            lr = cfg.warmup(self.step)
+            loss, stop, dt = self.execute(self.step, lr)
+            tuner.state.compute = self.compute
+            self.extra["autolrs"] = tuner.state.to_dict()
+            if self.trained(loss, lr, dt, end, stop):
+                return
         while self.compute < end:
             if tuner.state.searching and not self.search(tuner, end):
                 return  # stopped in the middle of the search, checkpoint saved

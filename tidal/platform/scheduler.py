@@ -8,7 +8,8 @@ every `tick_s` runs one reconcile step — an explicit controller loop:
     2. if a job is still STOPPING, wait: its GPUs are not free yet;
     3. snapshot the cluster (alive nodes with GPUs, CPUs, memory) and the jobs, and call the
        pure policy `decide(snapshot)`;
-    4. apply only the difference: running jobs whose allocation or plan changes are asked to
+    4. apply only the difference (`tidal.platform.controller.reconcile_step`, the step the
+       simulator runs too): running jobs whose allocation or plan changes are asked to
        stop at their next step boundary with a checkpoint (→ STOPPING); when nothing is
        stopping, queued jobs with an allocation are launched on exactly the nodes the decision
        names (`Resources.node_ids`) from their checkpoint (→ RUNNING).
@@ -24,6 +25,7 @@ A job that fits no plan on the cluster is rejected with the reason.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import pickle
@@ -39,7 +41,8 @@ import ray
 from tidal.jobs.checkpoint import read_meta, read_metrics
 from tidal.jobs.runner import Resources, RunHandle, launch, storage_root
 from tidal.jobs.spec import JobSpec, Plan, SpecError
-from tidal.platform.policy import Allocation, JobView, Node, Option, PolicyConfig, Snapshot, decide
+from tidal.platform.controller import Phase, reconcile_step
+from tidal.platform.policy import Allocation, JobView, Node, Option, PolicyConfig, Snapshot
 from tidal.platform.store import JobRecord, JobState, Store, state_dir
 
 log = logging.getLogger("tidal.scheduler")
@@ -117,6 +120,7 @@ class Scheduler:
         self.cancel_requested: set[str] = set()
         self.lock = threading.RLock()
         self.events: list[str] = []
+        self.action_log: list[tuple[float, str, str, tuple[tuple[str, int], ...], str]] = []
         self.metrics = _Metrics()
         self._recover()
         self._wake = threading.Event()
@@ -127,10 +131,15 @@ class Scheduler:
     def ping(self) -> str:
         return "ok"
 
-    def submit(self, spec: JobSpec) -> str:
+    def submit(self, spec: JobSpec, options: tuple[Option, ...] | None = None) -> str:
+        """Queue a job. `options` (its resource matrix: best plan and samples/s per GPU count, e.g.
+        from `tidal plan`) skips the profiling; they are checked against the spec and cluster."""
         if not isinstance(spec, JobSpec):
             raise SpecError("spec", f"expected a tidal.JobSpec, got {type(spec).__name__}")
-        options, predicted_guarantee = self._plan(spec)
+        if options is None:
+            options, predicted_guarantee = self._plan(spec)
+        else:
+            options, predicted_guarantee = self._check_options(spec, tuple(options))
         job_id = f"{spec.name}-{uuid.uuid4().hex[:6]}"
         from ray import cloudpickle
 
@@ -257,6 +266,30 @@ class Scheduler:
                                                               gpu_mem_bytes=mem)).samples_per_s
         return tuple(options), guarantee
 
+    def _check_options(self, spec: JobSpec,
+                       options: tuple[Option, ...]) -> tuple[tuple[Option, ...], float | None]:
+        if not options or any(not isinstance(o, Option) for o in options):
+            raise SpecError("options", "must be a non-empty sequence of tidal.platform.policy.Option")
+        if any(a.gpus >= b.gpus for a, b in itertools.pairwise(options)):
+            raise SpecError("options", "GPU counts must increase from one option to the next")
+        total = sum(n.gpus for n in self._nodes())
+        for o in options:
+            spec.check_plan(o.plan)  # PlanError naming the plan if the job cannot run it
+            if o.plan.num_gpus != o.gpus or o.samples_per_s <= 0:
+                raise SpecError("options",
+                                f"option {o.plan.short()}: needs gpus == the plan's GPUs and samples/s > 0")
+        if options[0].gpus > total:
+            raise SpecError("options",
+                            f"the smallest option needs {options[0].gpus} GPUs, the cluster has {total}")
+        guarantee = None
+        if spec.guaranteed:
+            match = [o for o in options if o.gpus == spec.requested_gpus and o.plan == spec.plan]
+            if not match:
+                raise SpecError("options",
+                                "a guaranteed job's options must include its own plan on requested_gpus")
+            guarantee = match[0].samples_per_s
+        return options, guarantee
+
     def _nodes(self) -> list[Node]:
         out = []
         for n in ray.nodes():
@@ -329,33 +362,40 @@ class Scheduler:
             nodes = self._nodes()
             if not recs or not nodes:
                 return
-            decision = decide(Snapshot(now=time.time(), nodes=tuple(nodes), jobs=tuple(self._views(recs)),
-                                       config=self.cfg.policy))
-            stopping = False
-            for r in recs:
-                if r.state is JobState.RUNNING and r.job_id in decision.changed:
-                    self.handles[r.job_id].stop()
-                    self.store.update(r.job_id, state=JobState.STOPPING)
-                    self.metrics.changes.inc(tags={"job": r.job_id})
-                    new = decision.allocations.get(r.job_id)
-                    self._event(f"{r.job_id} reconfigure: {Plan.from_dict(r.plan).short() if r.plan else ''}"
-                                f" → {new.plan.short() if new else 'queued'}")
-                    stopping = True
-            if stopping:
-                return
-            for r in recs:
-                a = decision.allocations.get(r.job_id)
-                if r.state is not JobState.QUEUED or a is None:
-                    continue
+            phases = {r.job_id: Phase(r.state.value) for r in recs}
+            snapshot = Snapshot(now=time.time(), nodes=tuple(nodes), jobs=tuple(self._views(recs)),
+                                config=self.cfg.policy)
+            actions = reconcile_step(snapshot, phases)
+            decision = actions.decision
+            for jid in actions.stop:
+                r = next(x for x in recs if x.job_id == jid)
+                self.handles[jid].stop()
+                self.store.update(jid, state=JobState.STOPPING)
+                self.metrics.changes.inc(tags={"job": jid})
+                new = decision.allocations.get(jid) if decision else None
+                self._log_action("stop", jid, [(n, int(g)) for n, g in r.allocation or []], "")
+                self._event(f"{jid} reconfigure: {Plan.from_dict(r.plan).short() if r.plan else ''}"
+                            f" → {new.plan.short() if new else 'queued'}")
+            for jid, a in actions.launch:
+                r = next(x for x in recs if x.job_id == jid)
                 spec: JobSpec = cloudpickle.loads(r.spec)
                 node_ids = tuple(n for n, g in a.gpus_by_node for _ in range(g))
                 res = Resources(num_workers=a.plan.dp, gpus_per_worker=1,
                                 cpus_per_worker=self.cfg.cpus_per_worker, node_ids=node_ids)
-                run_id = f"{r.job_id}-r{r.restarts}"
-                self.handles[r.job_id] = launch(spec, a.plan, res, r.checkpoint, run_id=run_id,
-                                                max_failures=self.cfg.max_failures, job_key=r.job_id)
+                run_id = f"{jid}-r{r.restarts}"
+                self.handles[jid] = launch(spec, a.plan, res, r.checkpoint, run_id=run_id,
+                                           max_failures=self.cfg.max_failures, job_key=jid)
                 opt = next(o for o in pickle.loads(r.options)[0] if o.gpus == a.gpus)
-                self.store.update(r.job_id, state=JobState.RUNNING, plan=a.plan.to_dict(),
+                self.store.update(jid, state=JobState.RUNNING, plan=a.plan.to_dict(),
                                   allocation=[[n, g] for n, g in a.gpus_by_node], run_id=run_id,
                                   predicted_sps=opt.samples_per_s)
-                self._event(f"{r.job_id} launched: {a.plan.short()} on {dict(a.gpus_by_node)}")
+                self._log_action("launch", jid, list(a.gpus_by_node), a.plan.short())
+                self._event(f"{jid} launched: {a.plan.short()} on {dict(a.gpus_by_node)}")
+
+    def _log_action(self, kind: str, job_id: str, gpus: list[tuple[str, int]], plan: str) -> None:
+        self.action_log.append((time.time(), kind, job_id, tuple(gpus), plan))
+
+    def actions(self) -> list[tuple[float, str, str, tuple[tuple[str, int], ...], str]]:
+        """Every stop and launch this actor applied: (time, stop|launch, job, GPUs per node, plan),
+        the same record the simulator keeps (the conformance suite compares the two)."""
+        return list(self.action_log)

@@ -14,6 +14,7 @@ from typing import Any
 import ray
 
 from tidal.jobs.spec import JobSpec
+from tidal.platform.policy import Option
 from tidal.platform.scheduler import NAMESPACE, SCHEDULER_NAME, Scheduler, SchedulerConfig
 
 
@@ -60,9 +61,11 @@ class JobHandle:
         return f"JobHandle({self.job_id!r})"
 
 
-def submit(spec: JobSpec, *, config: SchedulerConfig | None = None) -> JobHandle:
+def submit(spec: JobSpec, *, config: SchedulerConfig | None = None,
+           options: tuple[Option, ...] | None = None) -> JobHandle:
+    """Submit a job; `options` (a resource matrix, e.g. from `tidal plan`) skips profiling."""
     scheduler = connect(config)
-    job_id: str = ray.get(scheduler.submit.remote(spec))
+    job_id: str = ray.get(scheduler.submit.remote(spec, options))
     return JobHandle(job_id, scheduler)
 
 

@@ -1,0 +1,54 @@
+"""The simulator's truth: the Rubick tables' lookup rules (README §6, quirks fixed knowingly)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tidal.sim.tables import Truth, canonical, code_of, packed, plan_of
+
+RUBICK = Path(__file__).resolve().parents[3] / "shared" / "traces" / "rubick"
+
+
+@pytest.fixture(scope="module")
+def truth() -> Truth:
+    assert RUBICK.exists(), f"{RUBICK}: the shared traces lie beside the checkout"
+    return Truth(RUBICK)
+
+
+def test_placements_canonicalise_like_the_artifact() -> None:
+    assert canonical((2, 1, 1)) == "112"
+    assert canonical((1, 2, 1, 2)) == "1212"  # a rotation, not a sort
+    assert canonical((0, 4, 0, 4)) == "44"  # empty nodes are not part of a placement
+    assert packed(20, 8) == (8, 8, 4)
+
+
+def test_lookup_rules(truth: Truth) -> None:
+    # 1. exact rows (bert `ga` on 8 GPUs of one node: 0.1577 s in the README)
+    assert truth.iter_time("bert", "ga", (8,)) == pytest.approx(0.1577, abs=1e-3)
+    # ... on any rotation or order of the same per-node counts
+    assert truth.iter_time("bert", "ga", (2, 1, 1)) == truth.iter_time("bert", "ga", (1, 1, 2))
+    # 2. a data-parallel plan not measured on a placement: that placement's `ga` row
+    rows = truth._rows["vit"]
+    missing = [pl for (c, pl) in rows if c == "ga" and ("zero-dp", pl) not in rows]
+    assert missing, "every vit placement has a zero-dp row"
+    g = tuple(int(c) for c in missing[0])
+    assert truth.iter_time("vit", "zero-dp", g) == rows[("ga", missing[0])]
+    # 3D plans are looked up as chosen (the artifact never matched them)
+    assert truth.iter_time("llama30", "344", (8, 8, 8, 8, 8, 8)) == rows_of(truth, "llama30", "344", "888888")
+    # 3./4. unmeasured shapes fall back to means / interpolation, never below the fastest row
+    t = truth.iter_time("llama30", "344", (8, 8, 8, 8, 8, 4))
+    assert t >= truth.fastest("llama30", 64)
+
+
+def rows_of(truth: Truth, app: str, code: str, placement: str) -> float:
+    return truth._rows[app][(code, placement)]
+
+
+def test_plan_codes_round_trip(truth: Truth) -> None:
+    for app in truth.apps():
+        for n in truth.gpu_counts(app):
+            for code in truth.plans_at(app, n):
+                plan = plan_of(code, n, truth.global_batch(app))
+                assert plan.num_gpus == n and code_of(plan) == code

@@ -1,0 +1,333 @@
+"""A discrete-event simulator with a virtual clock for the scheduling policies.
+
+It runs the live system's controller step (`tidal.platform.controller.reconcile_step`) over the
+live system's policy (`tidal.platform.policy.decide`) or a baseline with the same signature;
+only the executor is simulated:
+
+* jobs arrive from a workload (`tidal.sim.workload`); the policy sees each job's options from
+  the simulated planner's fitted model (`tidal.sim.views`), never the truth;
+* a running job advances 1 / iter_time iterations per second, iter_time looked up in the
+  measured tables (`tidal.sim.tables.Truth`) for the plan and the placement actually chosen;
+* every start and every change of GPUs or plan costs `restart_s` of no progress (the Rubick
+  setting: 260 s); a stopped (shrunk, moved or preempted) job releases its old GPUs at once
+  and makes no progress until it is launched again;
+* decisions are taken every `round_s` (the Rubick setting: 60 s; jobs that finish mid-round
+  free their GPUs at the next round), or, with `round_s=None`, at every arrival and completion.
+
+The per-node capacity is checked after every decision (`CapacityError` if ever exceeded).
+Metrics: average and p99 JCT, makespan, average queueing delay (first start − arrival), GPU
+utilisation (GPU-seconds held ÷ capacity × makespan), restarts per job, and guarantee
+violations (seconds a guaranteed job ran below the true throughput of its own request).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from tidal.jobs.spec import Plan
+from tidal.platform import policy as tidal_policy
+from tidal.platform.controller import Phase, Policy, reconcile_step
+from tidal.platform.policy import Allocation, JobView, Node, Option, PolicyConfig, Snapshot
+from tidal.sim import baselines
+from tidal.sim.tables import packed
+from tidal.sim.views import Kind
+from tidal.sim.workload import SimJob
+
+
+class World(Protocol):
+    """The truth the simulated executor runs on (`tidal.sim.tables.Truth` for the Rubick traces)."""
+
+    def apps(self) -> tuple[str, ...]: ...
+    def global_batch(self, app: str) -> int: ...
+    def plan_time(self, app: str, plan: Plan, gpus_per_node: tuple[int, ...]) -> float: ...
+    def fastest(self, app: str, max_gpus: int) -> float: ...
+
+
+class Views(Protocol):
+    """What the policies are shown (`tidal.sim.views.SimPlanner`: a fitted model)."""
+
+    def options(self, job: SimJob, kind: Kind) -> tuple[Option, ...]: ...
+    def requested_throughput(self, job: SimJob) -> float: ...
+
+
+class CapacityError(AssertionError):
+    """A decision placed more GPUs or CPUs on a node than it has."""
+
+
+class StallError(RuntimeError):
+    """Jobs are waiting, nothing runs, nothing arrives, and the policy starts nothing."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PolicyUnderTest:
+    name: str
+    kind: Kind  # what the policy is shown (tidal.sim.views)
+    decide: Policy
+
+
+POLICIES: dict[str, PolicyUnderTest] = {p.name: p for p in (
+    PolicyUnderTest(name="fifo_static", kind="static", decide=baselines.fifo),
+    PolicyUnderTest(name="tiresias", kind="static", decide=baselines.las),
+    PolicyUnderTest(name="elastic", kind="elastic", decide=tidal_policy.decide),
+    PolicyUnderTest(name="tuned_once", kind="tuned", decide=baselines.fifo),
+    PolicyUnderTest(name="rubick", kind="co", decide=baselines.rubick),
+    PolicyUnderTest(name="tidal", kind="co", decide=tidal_policy.decide),
+)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimConfig:
+    nodes: int = 8
+    gpus_per_node: int = 8
+    cpus_per_node: float = 96.0
+    memory_per_node: float = 1600e9
+    round_s: float | None = 60.0
+    restart_s: float = 260.0
+    policy: PolicyConfig = field(default_factory=PolicyConfig)  # the live scheduler's defaults
+
+
+@dataclass(kw_only=True)
+class _Job:
+    spec: SimJob
+    options: tuple[Any, ...]
+    guarantee: float | None  # predicted samples/s the policy must keep (guaranteed jobs)
+    true_floor: float | None  # true iterations/s of the request (violations are measured on it)
+    phase: Phase = Phase.QUEUED
+    alloc: Allocation | None = None
+    rate: float = 0.0  # true iterations/s under `alloc`
+    iters: float = 0.0
+    blocked_until: float = 0.0
+    started: float | None = None
+    finished: float | None = None
+    restarts: int = 0
+    attained: float = 0.0
+    violation_s: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobRecord:
+    name: str
+    app: str
+    submit: float
+    start: float
+    finish: float
+    restarts: int
+    steps: int
+    isolated_s: float  # a lower bound: restart_s + steps × the app's fastest measured iteration
+    violation_s: float = 0.0  # time it ran below its guarantee (guaranteed jobs)
+
+    @property
+    def jct(self) -> float:
+        return self.finish - self.submit
+
+
+@dataclass(kw_only=True)
+class SimResult:
+    policy: str
+    jobs: list[JobRecord]
+    timeline: list[tuple[float, str, int]]  # (time, job, GPUs it holds from then on)
+    actions: list[tuple[float, str, str, tuple[tuple[str, int], ...], str]]  # t, stop|launch, job, gpus, plan
+    round_ms: list[float]
+    metrics: dict[str, float]
+
+
+class Simulator:
+    def __init__(self, jobs: list[SimJob], truth: World, planner: Views, policy: PolicyUnderTest,
+                 config: SimConfig | None = None) -> None:
+        self.cfg = config or SimConfig()
+        self.truth, self.planner, self.policy = truth, planner, policy
+        self.jobs = sorted(jobs, key=lambda j: (j.submit, j.name))
+        names = [j.name for j in self.jobs]
+        if len(set(names)) != len(names):
+            raise ValueError("job names must be unique")
+        cap = self.cfg.nodes * self.cfg.gpus_per_node
+        for j in self.jobs:
+            if j.app not in truth.apps():
+                raise ValueError(f"job {j.name}: unknown application {j.app!r}")
+            if j.num_gpus > cap:
+                raise ValueError(f"job {j.name} requests {j.num_gpus} GPUs, the cluster has {cap}")
+            if j.steps < 1:
+                raise ValueError(f"job {j.name}: steps must be >= 1")
+        self.nodes = tuple(Node(node_id=f"node-{i:03d}", gpus=self.cfg.gpus_per_node,
+                                cpus=self.cfg.cpus_per_node, memory=self.cfg.memory_per_node)
+                           for i in range(self.cfg.nodes))
+        self._fastest: dict[str, float] = {}
+
+    # -- the executor, simulated --------------------------------------------------------
+
+    def _admit(self, j: SimJob) -> _Job:
+        cap = self.cfg.nodes * self.cfg.gpus_per_node
+        options = tuple(o for o in self.planner.options(j, self.policy.kind) if o.gpus <= cap)
+        guarantee = floor = None
+        if j.is_sla:
+            guarantee = self.planner.requested_throughput(j)
+            own = next((o.plan for o in self.planner.options(j, "static")), None)
+            assert own is not None
+            floor = 1.0 / self.truth.plan_time(j.app, own, packed(j.num_gpus, self.cfg.gpus_per_node))
+        return _Job(spec=j, options=options, guarantee=guarantee, true_floor=floor)
+
+    def _view(self, job: _Job) -> JobView:
+        b = self.truth.global_batch(job.spec.app)
+        return JobView(job_id=job.spec.name, arrival=job.spec.submit, options=job.options,
+                       guarantee=job.guarantee,
+                       current=job.alloc if job.phase is Phase.RUNNING else None,
+                       restarts=job.restarts, restart_cost_s=self.cfg.restart_s,
+                       remaining_samples=max(0.0, job.spec.steps - job.iters) * b,
+                       attained_gpu_s=job.attained)
+
+    def _rate(self, job: _Job, alloc: Allocation) -> float:
+        per_node = tuple(g for _, g in alloc.gpus_by_node)
+        return 1.0 / self.truth.plan_time(job.spec.app, alloc.plan, per_node)
+
+    def _check_capacity(self, active: dict[str, _Job]) -> None:
+        used: dict[str, int] = {}
+        cpus: dict[str, float] = {}
+        for job in active.values():
+            if job.alloc is None:
+                continue
+            per_gpu = job.spec.num_cpus / job.spec.num_gpus
+            for nid, g in job.alloc.gpus_by_node:
+                used[nid] = used.get(nid, 0) + g
+                cpus[nid] = cpus.get(nid, 0.0) + per_gpu * g
+        for n in self.nodes:
+            if used.get(n.node_id, 0) > n.gpus or cpus.get(n.node_id, 0.0) > n.cpus + 1e-6:
+                raise CapacityError(f"{n.node_id}: {used.get(n.node_id, 0)} GPUs / "
+                                    f"{cpus.get(n.node_id, 0):.0f} CPUs allocated, "
+                                    f"capacity {n.gpus} / {n.cpus:.0f}")
+
+    def _reconcile(self, t: float, active: dict[str, _Job], result: SimResult) -> int:
+        """The controller's steps at time t until it launches (or has nothing to do); returns the
+        number of launches. A stop takes effect at once: the next step decides again."""
+        import time
+
+        launched = 0
+        for _ in range(4):
+            phases = {k: j.phase for k, j in active.items()}
+            snap = Snapshot(now=t, nodes=self.nodes, jobs=tuple(self._view(j) for j in active.values()),
+                            config=self.cfg.policy)
+            t0 = time.perf_counter()
+            actions = reconcile_step(snap, phases, self.policy.decide)
+            result.round_ms.append(1e3 * (time.perf_counter() - t0))
+            for jid in actions.stop:
+                job = active[jid]
+                result.actions.append((t, "stop", jid, job.alloc.gpus_by_node if job.alloc else (), ""))
+                job.phase, job.alloc, job.rate = Phase.QUEUED, None, 0.0
+                result.timeline.append((t, jid, 0))
+            for jid, alloc in actions.launch:
+                job = active[jid]
+                job.phase, job.alloc, job.rate = Phase.RUNNING, alloc, self._rate(job, alloc)
+                job.blocked_until = t + self.cfg.restart_s
+                if job.started is None:
+                    job.started = t
+                else:
+                    job.restarts += 1
+                launched += 1
+                result.actions.append((t, "launch", jid, alloc.gpus_by_node, alloc.plan.short()))
+                result.timeline.append((t, jid, alloc.gpus))
+            self._check_capacity(active)
+            if not actions.stop:
+                break
+        return launched
+
+    def _advance(self, t0: float, t1: float, active: dict[str, _Job], result: SimResult) -> None:
+        for jid, job in list(active.items()):
+            if job.phase is not Phase.RUNNING or job.alloc is None:
+                continue
+            start = max(t0, job.blocked_until)
+            end = t1
+            if start < t1:
+                need = (job.spec.steps - job.iters) / job.rate
+                if need <= t1 - start + 1e-9:  # (t1 may be this job's own completion time)
+                    end = start + need
+                    job.iters = float(job.spec.steps)
+                    job.finished = end
+                else:
+                    job.iters += (t1 - start) * job.rate
+                if job.true_floor is not None and job.rate < job.true_floor * (1 - 1e-9):
+                    job.violation_s += end - start
+            job.attained += job.alloc.gpus * (end - t0)
+            if job.finished is not None:
+                result.timeline.append((end, jid, 0))
+                del active[jid]
+                result.jobs.append(self._record(job))
+
+    def _completion_time(self, t: float, active: dict[str, _Job]) -> float:
+        best = math.inf
+        for job in active.values():
+            if job.phase is Phase.RUNNING and job.rate > 0:
+                best = min(best, max(t, job.blocked_until) + (job.spec.steps - job.iters) / job.rate)
+        return best
+
+    def _record(self, job: _Job) -> JobRecord:
+        app = job.spec.app
+        if app not in self._fastest:
+            self._fastest[app] = self.truth.fastest(app, self.cfg.nodes * self.cfg.gpus_per_node)
+        assert job.started is not None and job.finished is not None
+        return JobRecord(name=job.spec.name, app=app, submit=job.spec.submit, start=job.started,
+                         finish=job.finished, restarts=job.restarts, steps=job.spec.steps,
+                         isolated_s=self.cfg.restart_s + job.spec.steps * self._fastest[app],
+                         violation_s=job.violation_s)
+
+    # -- the loop -----------------------------------------------------------------------
+
+    def run(self, progress: Callable[[float, int, int], None] | None = None) -> SimResult:
+        result = SimResult(policy=self.policy.name, jobs=[], timeline=[], actions=[], round_ms=[], metrics={})
+        arrivals = deque(self.jobs)
+        active: dict[str, _Job] = {}
+        rs = self.cfg.round_s
+        t = 0.0 if rs else (arrivals[0].submit if arrivals else 0.0)
+        decisions = 0
+        while arrivals or active:
+            while arrivals and arrivals[0].submit <= t:
+                j = arrivals.popleft()
+                active[j.name] = self._admit(j)
+            if active:
+                self._reconcile(t, active, result)
+                decisions += 1
+                if progress is not None and decisions % 200 == 0:
+                    progress(t, len(result.jobs), len(self.jobs))
+            nothing_runs = not any(j.phase is Phase.RUNNING for j in active.values())
+            if active and nothing_runs and not arrivals:
+                raise StallError(f"{len(active)} jobs wait at t={t:.0f} s and the policy starts none")
+            if rs:
+                t_next = t + rs
+                if nothing_runs and arrivals:  # skip idle rounds
+                    t_next = max(t_next, math.ceil(arrivals[0].submit / rs) * rs)
+            else:
+                t_next = min(arrivals[0].submit if arrivals else math.inf, self._completion_time(t, active))
+                if not math.isfinite(t_next):
+                    raise StallError(f"{len(active)} jobs wait at t={t:.0f} s and the policy starts none")
+            self._advance(t, t_next, active, result)
+            t = t_next
+        result.metrics = metrics(result, self.cfg.nodes * self.cfg.gpus_per_node)
+        return result
+
+
+def metrics(result: SimResult, capacity: int) -> dict[str, float]:
+    jobs = result.jobs
+    jct = np.array([j.jct for j in jobs])
+    first = min(j.submit for j in jobs)
+    makespan = max(j.finish for j in jobs) - first
+    held = 0.0
+    last: dict[str, tuple[float, int]] = {}
+    for t, jid, g in sorted(result.timeline, key=lambda x: x[0]):
+        if jid in last:
+            t0, g0 = last[jid]
+            held += g0 * (t - t0)
+        last[jid] = (t, g)
+    return {
+        "avg_jct_s": float(jct.mean()),
+        "p99_jct_s": float(np.percentile(jct, 99)),
+        "makespan_s": float(makespan),
+        "avg_queue_s": float(np.mean([j.start - j.submit for j in jobs])),
+        "gpu_util": float(held / (capacity * makespan)) if makespan > 0 else 0.0,
+        "restarts_per_job": float(np.mean([j.restarts for j in jobs])),
+        "guarantee_violation_s": float(sum(j.violation_s for j in jobs)),
+        "jobs": float(len(jobs)),
+    }

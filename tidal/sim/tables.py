@@ -1,0 +1,154 @@
+"""What the simulator takes as the truth: measured iteration times of the Rubick artifact.
+
+`Truth.iter_time(app, code, gpus_per_node)` is the time of one iteration of `app` under plan
+`code` on a placement (GPUs used per node), looked up as the README of
+`../shared/traces/rubick/` describes the artifact's simulator (§6), with its quirks fixed
+knowingly:
+
+1. the exact (plan, placement) row, the placement canonicalised as the artifact does (the
+   lexicographically smallest cyclic rotation of the per-node tuple) and, since node identity
+   is irrelevant, also as the sorted tuple (the artifact misses e.g. (1, 2, 1, 2));
+2. a data-parallel plan measured nowhere on that placement: the `ga` row of the placement;
+3. otherwise the mean over all plans measured on the same (nodes, GPUs) shape;
+4. otherwise linear interpolation of those means in the GPU count among shapes with the same
+   number of nodes (or the nearest node count), extrapolated flat at the ends.
+
+Unlike the artifact, 3D plans are looked up as the plan actually chosen (its plan tuples never
+matched a row, so LLaMA jobs always got the shape's mean).
+
+`plans_at(app, n)` lists the plan codes measured on n GPUs: the plans a simulated job may run
+on n GPUs (what was never measured is never offered).
+"""
+
+from __future__ import annotations
+
+import csv
+from collections import defaultdict
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+
+from tidal.jobs.spec import Plan
+from tidal.planner.traces import GLOBAL_BATCH, MODELS, decode_placement
+
+DP_CODES = ("ga", "gc", "zero-dp", "zero-offload")
+
+
+def canonical(gpus_per_node: tuple[int, ...]) -> str:
+    """The artifact's placement code: smallest cyclic rotation of the non-empty nodes' counts."""
+    g = tuple(x for x in gpus_per_node if x > 0)
+    if not g:
+        raise ValueError("a placement needs at least one GPU")
+    rot = min(g[i:] + g[:i] for i in range(len(g)))
+    return "".join(str(x) for x in rot)
+
+
+def packed(n: int, per_node: int) -> tuple[int, ...]:
+    """n GPUs on the fewest nodes: full nodes first."""
+    full, rest = divmod(n, per_node)
+    return (per_node,) * full + ((rest,) if rest else ())
+
+
+def plan_of(code: str, n: int, global_batch: int) -> Plan:
+    """The Tidal `Plan` of an artifact plan code on n GPUs (micro-batch: the batch per replica)."""
+    if code in DP_CODES:
+        mb = max(1, global_batch // n)
+        return Plan(dp=n, zero_stage=2 if code.startswith("zero") else 0,
+                    offload_optimizer=code == "zero-offload", activation_checkpointing=code == "gc",
+                    micro_batch=mb)
+    pp, tp, dp = (int(c) for c in code)
+    return Plan(dp=dp, tp=tp, pp=pp, micro_batch=max(1, global_batch // dp))
+
+
+def code_of(plan: Plan) -> str:
+    if plan.tp > 1 or plan.pp > 1:
+        return f"{plan.pp}{plan.tp}{plan.dp}"
+    if plan.zero_stage >= 2:
+        return "zero-offload" if plan.offload_optimizer else "zero-dp"
+    return "gc" if plan.activation_checkpointing else "ga"
+
+
+@dataclass(frozen=True)
+class Truth:
+    root: Path
+
+    @cached_property
+    def _rows(self) -> dict[str, dict[tuple[str, str], float]]:
+        out: dict[str, dict[tuple[str, str], float]] = {}
+        for app in MODELS:
+            rows: dict[tuple[str, str], float] = {}
+            with (self.root / f"{app}-placements.csv").open(encoding="utf-8-sig") as f:
+                for r in csv.DictReader(f):
+                    rows[(r["exec_plan"], r["placement"])] = float(r["iter_time"])
+            out[app] = rows
+        return out
+
+    @cached_property
+    def _shape_means(self) -> dict[str, dict[tuple[int, int], float]]:
+        out: dict[str, dict[tuple[int, int], float]] = {}
+        for app, rows in self._rows.items():
+            acc: dict[tuple[int, int], list[float]] = defaultdict(list)
+            for (_, placement), t in rows.items():
+                g = decode_placement(placement)
+                acc[(len(g), sum(g))].append(t)
+            out[app] = {k: float(np.mean(v)) for k, v in acc.items()}
+        return out
+
+    @cached_property
+    def _plans_by_gpus(self) -> dict[str, dict[int, tuple[str, ...]]]:
+        out: dict[str, dict[int, tuple[str, ...]]] = {}
+        for app, rows in self._rows.items():
+            acc: dict[int, set[str]] = defaultdict(set)
+            for code, placement in rows:
+                acc[sum(decode_placement(placement))].add(code)
+            out[app] = {n: tuple(sorted(c)) for n, c in sorted(acc.items())}
+        return out
+
+    def apps(self) -> tuple[str, ...]:
+        return MODELS
+
+    def global_batch(self, app: str) -> int:
+        return GLOBAL_BATCH[app]
+
+    def gpu_counts(self, app: str) -> tuple[int, ...]:
+        return tuple(self._plans_by_gpus[app])
+
+    def plans_at(self, app: str, n: int) -> tuple[str, ...]:
+        return self._plans_by_gpus[app].get(n, ())
+
+    def measured(self, app: str, code: str, gpus_per_node: tuple[int, ...]) -> float | None:
+        rows = self._rows[app]
+        g = tuple(x for x in gpus_per_node if x > 0)
+        for key in (canonical(g), "".join(str(x) for x in sorted(g))):
+            if (code, key) in rows:
+                return rows[(code, key)]
+        return None
+
+    def plan_time(self, app: str, plan: Plan, gpus_per_node: tuple[int, ...]) -> float:
+        """`iter_time` of a Tidal plan (the simulator's interface to the truth)."""
+        return self.iter_time(app, code_of(plan), gpus_per_node)
+
+    def fastest(self, app: str, max_gpus: int) -> float:
+        """The app's fastest measured iteration on at most `max_gpus` GPUs (any plan, placement)."""
+        return min(t for (_, pl), t in self._rows[app].items() if sum(decode_placement(pl)) <= max_gpus)
+
+    def iter_time(self, app: str, code: str, gpus_per_node: tuple[int, ...]) -> float:
+        """Seconds per iteration (steps 1-4 of the module docstring)."""
+        exact = self.measured(app, code, gpus_per_node)
+        if exact is not None:
+            return exact
+        if code in DP_CODES:
+            ga = self.measured(app, "ga", gpus_per_node)
+            if ga is not None:
+                return ga
+        g = tuple(x for x in gpus_per_node if x > 0)
+        means = self._shape_means[app]
+        nodes, n = len(g), sum(g)
+        if (nodes, n) in means:
+            return means[(nodes, n)]
+        node_counts = sorted({k[0] for k in means}, key=lambda k: (abs(k - nodes), k))
+        pts = sorted((k[1], v) for k, v in means.items() if k[0] == node_counts[0])
+        xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+        return float(np.interp(n, xs, ys))
