@@ -7,7 +7,8 @@ training loop (`tidal.jobs.worker.run_loop`), so AutoLRS's probes run exactly as
     baselines  constant LR and warm-up + cosine, each at every peak LR of a small grid, for
                `--steps` optimizer steps
     target     the validation loss the best baseline reaches at its final step
-    AutoLRS    the same budget of compute steps, its probe steps included
+    AutoLRS    the grid's LR range, the cosine's warm-up length, and up to `--autolrs-budget`
+               (default 2) × the baselines' compute steps, its probe steps included
 
 Prints the steps each method needs to reach the target (validation loss evaluated every
 `--eval-every` steps; AutoLRS's steps count its probes) and, last,
@@ -85,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=400, help="baseline steps = every method's budget")
     ap.add_argument("--eval-every", type=int, default=20)
     ap.add_argument("--grid", type=float, nargs="+", default=[1e-3, 3e-3, 1e-2])
+    ap.add_argument("--autolrs-budget", type=float, default=2.0, help="AutoLRS's budget ÷ the baselines'")
     ap.add_argument("--out", default="results")
     args = ap.parse_args(argv)
     torch.set_num_threads(max(1, torch.get_num_threads()))
@@ -101,10 +103,13 @@ def main(argv: list[str] | None = None) -> int:
               for k, v in runs.items()}
     best = min(finals, key=lambda k: finals[k])
     target = finals[best]
-    tuner = AutoLRS(lr_min=min(args.grid) / 3, lr_max=max(args.grid) * 3, trials=6, startup_trials=3,
+    # AutoLRS gets what the baselines got: the grid's range, the cosine's warm-up length
+    # (ramping to the range's geometric mean), and a budget of `--autolrs-budget` × the
+    # baselines' steps so that it can show how many it needs (probe steps included).
+    tuner = AutoLRS(lr_min=min(args.grid), lr_max=max(args.grid), trials=5, startup_trials=2,
                     first_stage=max(20, n // 10), growth=2.0, max_stage=n, probe_fraction=0.08,
-                    min_probe=4)
-    runs["autolrs"] = train("autolrs", tuner, n, every, size)
+                    min_probe=8, warmup_steps=max(1, n // 20))
+    runs["autolrs"] = train("autolrs", tuner, round(n * args.autolrs_budget), every, size)
     print(f"\nbudget {n} steps per method, {time.time() - t0:.0f} s; target = validation loss "
           f"{target:.4f} ({best} at its final step)\n")
     print(f"{'method':<18}{'final val':>10}{'steps to target':>17}")

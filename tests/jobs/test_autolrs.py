@@ -181,3 +181,12 @@ def test_a_stop_in_the_middle_of_a_stage_resumes_it_under_another_plan(world_of_
     assert len(common) >= 30
     # (the plans differ in micro-batching, which alone moves losses by ~2e-4 after 50 steps)
     assert [got[k] for k in common] == pytest.approx([ref[k] for k in common], rel=1e-3)
+
+
+def test_warmup_comes_before_the_first_stage_and_counts_against_the_budget() -> None:
+    cfg = AutoLRS(first_stage=20, warmup_steps=10, warmup_lr=2e-3)
+    t = Tuner(cfg, seed=0, budget=100)
+    assert t.state.stage_start == 10 and t.state.searching
+    assert cfg.warmup(0) == pytest.approx(2e-4) and cfg.warmup(9) == pytest.approx(2e-3)
+    tight = Tuner(cfg, seed=0, budget=20)  # 10 steps left after warm-up: no room for a search
+    assert not tight.state.searching and tight.state.tau == 10
