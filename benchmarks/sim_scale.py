@@ -4,7 +4,7 @@
 
 The workload has the Rubick traces' columns and mix (`tidal.sim.workload.synthetic`): Poisson
 arrivals at the traces' rate per GPU (406 jobs in 13.2 h on 64 GPUs, scaled to `--gpus`),
-log-normal ideal durations (median 60 s, log-sd 2). 8 GPUs per node, 60-s rounds, 260 s per
+log-normal ideal durations (median 60 s, log-sd 2: mean ≈ 440 s). 8 GPUs per node, 60-s rounds, 260 s per
 restart. Prints progress, the metrics, `p50_round_ms: Y` (one controller step: snapshot →
 policy → actions) and last `sim_seconds: X`, the wall time of the whole run (planner fits
 included). Goal: under 5 minutes on a 2-core machine.
