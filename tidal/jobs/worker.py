@@ -175,6 +175,7 @@ class _Loop:
         self.step, self.compute, self.extra = step, compute, extra
         self.stop_requested = False  # rank 0's view
         self.stop_requested_globally = False  # every rank's, after a step's all-reduce
+        self.tuner: Any = None  # the AutoLRS tuner, whose state every checkpoint carries
         self.flag = torch.zeros(2, dtype=torch.float32, device=device)
 
     def execute(self, position: int, lr: float) -> tuple[float, bool, float]:
@@ -203,12 +204,19 @@ class _Loop:
     def save(self, row: dict[str, Any]) -> None:
         """A checkpoint of the engine's current state at data position `self.step`."""
         self.extra["compute"] = self.compute
+        if self.tuner is not None:
+            self.tuner.state.compute = self.compute
+            self.extra["autolrs"] = self.tuner.state.to_dict()
         state = capture_state(self.engine, step=self.step, seed=self.spec.seed, rank=self.rank,
                               extra=self.extra)
         if state is not None:
             state.meta = {"job": self.spec.name, "plan": self.plan.to_dict(), "loss": row["loss"],
                           "global_batch": self.spec.global_batch, "compute_steps": self.compute}
         self.hooks.save(state, row)
+
+    def save_without_row(self, lr: float) -> None:
+        """A checkpoint at a point no trained step's metrics describe (a search's boundary)."""
+        self.save({"step": self.step, "loss": float("nan"), "lr": lr, "compute_steps": self.compute})
 
     def trained(self, loss: float, lr: float, dt: float, end: int, stop: bool) -> bool:
         """Book one trained step (data position advances); True if the loop must end."""
@@ -250,14 +258,12 @@ class _Loop:
         cfg = self.spec.autolrs
         assert cfg is not None
         saved = self.extra.get("autolrs")
-        tuner = Tuner(cfg, seed=self.spec.seed, budget=self.spec.total_steps, study_path=study_path,
-                      state=TunerState.from_dict(saved) if saved else None)
-        tuner.state.compute = self.compute
+        tuner = self.tuner = Tuner(cfg, seed=self.spec.seed, budget=self.spec.total_steps,
+                                   study_path=study_path,
+                                   state=TunerState.from_dict(saved) if saved else None)
         while self.step < cfg.warmup_steps and self.compute < end:  # before the first stage
             lr = cfg.warmup(self.step)
             loss, stop, dt = self.execute(self.step, lr)
-            tuner.state.compute = self.compute
-            self.extra["autolrs"] = tuner.state.to_dict()
             if self.trained(loss, lr, dt, end, stop):
                 return
         while self.compute < end:
@@ -266,15 +272,13 @@ class _Loop:
             while self.step < tuner.stage_end and self.compute < end:
                 lr = tuner.lr
                 loss, stop, dt = self.execute(self.step, lr)
-                tuner.state.compute = self.compute
-                self.extra["autolrs"] = tuner.state.to_dict()
                 if self.trained(loss, lr, dt, end, stop):
                     return
             if self.step >= tuner.stage_end:
+                tuner.state.compute = self.compute  # the next stage is planned on what is left
                 tuner.next_stage(self.step)
-                self.extra["autolrs"] = tuner.state.to_dict()
         # the budget ran out right after a search: checkpoint where the winner's probe ended
-        self.save({"step": self.step, "loss": float("nan"), "lr": tuner.lr, "compute_steps": self.compute})
+        self.save_without_row(tuner.lr)
 
     def probe(self, position: int, steps: int, lr: float,
               end: int | None) -> list[tuple[float, float, float]]:
@@ -304,13 +308,11 @@ class _Loop:
                 restore_state(self.engine, start)
             first = False
             rows = self.probe(st.stage_start, st.probe_len, lr, end)
-            st.compute = self.compute
             if len(rows) == st.probe_len and tuner.tell(lr, [r[0] for r in rows]):
                 best = (self.snapshot(), rows)
             if self.stop_requested_globally or self.compute >= end:
                 restore_state(self.engine, start)
-                self.extra["autolrs"] = st.to_dict()
-                self.save({"step": self.step, "loss": float("nan"), "lr": lr, "compute_steps": self.compute})
+                self.save_without_row(lr)
                 return False
         win = tuner.choose()
         if best is not None and best[1][0][1] == win:
@@ -319,14 +321,12 @@ class _Loop:
         else:  # the winner was probed before a resume: its end state is gone, run it again
             restore_state(self.engine, start)
             rows = self.probe(st.stage_start, st.probe_len, win, None)
-            st.compute = self.compute
         for loss, lr, dt in rows:  # the winner's probe steps are the stage's first steps
             self.step += 1
             row = self.row(self.step, loss, lr, dt)
             if self.rank == 0:
                 self.hooks.emit(row)
         self.hooks.after_step(self.engine, row)
-        self.extra["autolrs"] = st.to_dict()
         return True
 
 

@@ -24,6 +24,9 @@ from dataclasses import dataclass
 from tidal.platform.policy import Allocation, Decision, Snapshot, decide
 
 Policy = Callable[[Snapshot], Decision]
+# what an executor applied: (time, "stop" | "launch", job, GPUs per node, plan); the live
+# scheduler and the simulator keep the same log, which the conformance suite compares
+ActionRecord = tuple[float, str, str, tuple[tuple[str, int], ...], str]
 
 
 class Phase(enum.Enum):

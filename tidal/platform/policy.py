@@ -146,7 +146,8 @@ def utility(job: JobView, idx: int | None, now: float, cfg: PolicyConfig) -> flo
     return weight / max(t, 1e-6)
 
 
-def _guarantee_index(job: JobView) -> int | None:
+def guarantee_index(job: JobView) -> int | None:
+    """The smallest option reaching the job's guarantee (0 without one; None if none does)."""
     if job.guarantee is None:
         return 0
     for i, o in enumerate(job.options):
@@ -155,7 +156,8 @@ def _guarantee_index(job: JobView) -> int | None:
     return None
 
 
-def _current_index(job: JobView) -> int | None:
+def current_index(job: JobView) -> int | None:
+    """The option the job runs now (by GPU count), None if it waits."""
     if job.current is None:
         return None
     for i, o in enumerate(job.options):
@@ -181,7 +183,7 @@ def _choose_counts(jobs: list[JobView], capacity: int, fixed: Mapping[str, int |
     for j in order:  # phase 1: guarantees, in arrival order
         if j.guarantee is None:
             continue
-        gi = _guarantee_index(j)
+        gi = guarantee_index(j)
         if gi is None:
             reasons[j.job_id] = "no option reaches its guarantee"
             continue
@@ -305,10 +307,10 @@ def decide(snapshot: Snapshot) -> Decision:
         if not j.options or any(a.gpus >= b.gpus for a, b in zip(j.options, j.options[1:], strict=False)):
             raise ValueError(f"job {j.job_id}: options must be non-empty with increasing GPU counts")
     capacity = sum(n.gpus for n in snapshot.nodes)
-    running = sorted(_running(snapshot), key=lambda j: (j.arrival, j.job_id))
+    running = _running(snapshot)
     # left alone: jobs restarted too often, and jobs with no work left (finishing: a restart
     # would only delay them, and with W = 0 every option looks infinitely good)
-    frozen = {j.job_id: _current_index(j) for j in running
+    frozen = {j.job_id: current_index(j) for j in running
               if j.restarts >= cfg.max_restarts or j.remaining_samples <= 0}
     new_choice, reasons = _choose_counts(jobs, capacity, frozen, cfg, snapshot.now)
     return place(snapshot, new_choice, reasons)
@@ -317,7 +319,7 @@ def decide(snapshot: Snapshot) -> Decision:
 def _running(snapshot: Snapshot) -> list[JobView]:
     """Jobs that hold an allocation the snapshot can still honour (all their nodes present)."""
     nodes = {n.node_id for n in snapshot.nodes}
-    return [j for j in snapshot.jobs if j.current is not None and _current_index(j) is not None
+    return [j for j in snapshot.jobs if j.current is not None and current_index(j) is not None
             and all(nid in nodes for nid, _ in j.current.gpus_by_node)]
 
 
@@ -343,7 +345,7 @@ def place(snapshot: Snapshot, choice: Mapping[str, int | None],
             continue
         o = j.options[i]
         cur = j.current
-        unchanged = cur is not None and j.job_id in running_ids and i == _current_index(j)
+        unchanged = cur is not None and j.job_id in running_ids and i == current_index(j)
         if cur is not None and unchanged and cur.plan == o.plan and all(
             _fits(free[nid], o, g) for nid, g in cur.gpus_by_node
         ):
@@ -360,7 +362,7 @@ def place(snapshot: Snapshot, choice: Mapping[str, int | None],
         while idx is not None and placed is None:
             placed = _place(j, j.options[idx], list(free.values()))
             if placed is None:  # CPUs or memory too scarce for this many GPUs: try fewer
-                floor = _guarantee_index(j) or 0
+                floor = guarantee_index(j) or 0
                 idx = idx - 1 if idx > floor else None
         if placed is None or idx is None:
             reasons[j.job_id] = "waiting: no node has the CPUs/memory for its GPUs"

@@ -41,7 +41,7 @@ import ray
 from tidal.jobs.checkpoint import read_meta, read_metrics
 from tidal.jobs.runner import Resources, RunHandle, launch, storage_root
 from tidal.jobs.spec import JobSpec, Plan, SpecError
-from tidal.platform.controller import Phase, reconcile_step
+from tidal.platform.controller import ActionRecord, Phase, reconcile_step
 from tidal.platform.policy import Allocation, JobView, Node, Option, PolicyConfig, Snapshot
 from tidal.platform.store import JobRecord, JobState, Store, state_dir
 
@@ -120,7 +120,7 @@ class Scheduler:
         self.cancel_requested: set[str] = set()
         self.lock = threading.RLock()
         self.events: list[str] = []
-        self.action_log: list[tuple[float, str, str, tuple[tuple[str, int], ...], str]] = []
+        self.action_log: list[ActionRecord] = []
         self.metrics = _Metrics()
         self._recover()
         self._wake = threading.Event()
@@ -357,18 +357,17 @@ class Scheduler:
             everything = self.store.all()
             self.metrics.update(everything)
             recs = [r for r in everything if not r.state.terminal]
-            if any(r.state is JobState.STOPPING for r in recs):
-                return  # GPUs are being released; decide once they are
             nodes = self._nodes()
             if not recs or not nodes:
                 return
             phases = {r.job_id: Phase(r.state.value) for r in recs}
             snapshot = Snapshot(now=time.time(), nodes=tuple(nodes), jobs=tuple(self._views(recs)),
                                 config=self.cfg.policy)
-            actions = reconcile_step(snapshot, phases)
+            actions = reconcile_step(snapshot, phases)  # nothing while a job is still stopping
             decision = actions.decision
+            by_id = {r.job_id: r for r in recs}
             for jid in actions.stop:
-                r = next(x for x in recs if x.job_id == jid)
+                r = by_id[jid]
                 self.handles[jid].stop()
                 self.store.update(jid, state=JobState.STOPPING)
                 self.metrics.changes.inc(tags={"job": jid})
@@ -377,7 +376,7 @@ class Scheduler:
                 self._event(f"{jid} reconfigure: {Plan.from_dict(r.plan).short() if r.plan else ''}"
                             f" → {new.plan.short() if new else 'queued'}")
             for jid, a in actions.launch:
-                r = next(x for x in recs if x.job_id == jid)
+                r = by_id[jid]
                 spec: JobSpec = cloudpickle.loads(r.spec)
                 node_ids = tuple(n for n, g in a.gpus_by_node for _ in range(g))
                 res = Resources(num_workers=a.plan.dp, gpus_per_worker=1,
@@ -395,7 +394,7 @@ class Scheduler:
     def _log_action(self, kind: str, job_id: str, gpus: list[tuple[str, int]], plan: str) -> None:
         self.action_log.append((time.time(), kind, job_id, tuple(gpus), plan))
 
-    def actions(self) -> list[tuple[float, str, str, tuple[tuple[str, int], ...], str]]:
+    def actions(self) -> list[ActionRecord]:
         """Every stop and launch this actor applied: (time, stop|launch, job, GPUs per node, plan),
         the same record the simulator keeps (the conformance suite compares the two)."""
         return list(self.action_log)

@@ -19,16 +19,7 @@ every GPU count with the user's plan, Rubick every (GPU count, best plan).
 
 from __future__ import annotations
 
-from tidal.platform.policy import Decision, JobView, Snapshot, place
-
-
-def _current(j: JobView) -> int | None:
-    if j.current is None:
-        return None
-    for i, o in enumerate(j.options):
-        if o.gpus == j.current.gpus:
-            return i
-    return None
+from tidal.platform.policy import Decision, JobView, Snapshot, current_index, guarantee_index, place
 
 
 def _capacity(snapshot: Snapshot) -> int:
@@ -40,7 +31,7 @@ def fifo(snapshot: Snapshot) -> Decision:
     choice: dict[str, int | None] = {}
     free = _capacity(snapshot)
     for j in jobs:
-        i = _current(j)
+        i = current_index(j)
         if i is not None:
             choice[j.job_id] = i
             free -= j.options[i].gpus
@@ -75,15 +66,13 @@ def _v(j: JobView, i: int | None) -> float:
 def rubick(snapshot: Snapshot) -> Decision:
     cfg = snapshot.config
     jobs = sorted(snapshot.jobs, key=lambda j: (j.guarantee is None, j.arrival, j.job_id))
-    choice: dict[str, int | None] = {j.job_id: _current(j) for j in jobs}
+    choice: dict[str, int | None] = {j.job_id: current_index(j) for j in jobs}
     frozen = {j.job_id for j in jobs if choice[j.job_id] is not None and j.restarts >= cfg.max_restarts}
     free = _capacity(snapshot) - sum(j.options[i].gpus for j in jobs if (i := choice[j.job_id]) is not None)
 
-    def floor(j: JobView) -> int:
-        if j.guarantee is None:
-            return 0
-        met = [k for k, o in enumerate(j.options) if o.samples_per_s >= j.guarantee]
-        return met[0] if met else len(j.options) - 1
+    def floor(j: JobView) -> int:  # a guarantee no option reaches: the largest option
+        gi = guarantee_index(j)
+        return len(j.options) - 1 if gi is None else gi
 
     for j in jobs:  # admission, guaranteed jobs first, then arrival order
         if choice[j.job_id] is not None:

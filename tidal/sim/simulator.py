@@ -32,7 +32,7 @@ import numpy as np
 
 from tidal.jobs.spec import Plan
 from tidal.platform import policy as tidal_policy
-from tidal.platform.controller import Phase, Policy, reconcile_step
+from tidal.platform.controller import ActionRecord, Phase, Policy, reconcile_step
 from tidal.platform.policy import Allocation, JobView, Node, Option, PolicyConfig, Snapshot
 from tidal.sim import baselines
 from tidal.sim.tables import packed
@@ -132,7 +132,7 @@ class SimResult:
     policy: str
     jobs: list[JobRecord]
     timeline: list[tuple[float, str, int]]  # (time, job, GPUs it holds from then on)
-    actions: list[tuple[float, str, str, tuple[tuple[str, int], ...], str]]  # t, stop|launch, job, gpus, plan
+    actions: list[ActionRecord]  # what the executor applied, as the live scheduler logs it
     round_ms: list[float]
     metrics: dict[str, float]
 
