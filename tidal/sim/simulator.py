@@ -23,6 +23,7 @@ violations (seconds a guaranteed job ran below the true throughput of its own re
 from __future__ import annotations
 
 import math
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -201,12 +202,9 @@ class Simulator:
                                     f"{cpus.get(n.node_id, 0):.0f} CPUs allocated, "
                                     f"capacity {n.gpus} / {n.cpus:.0f}")
 
-    def _reconcile(self, t: float, active: dict[str, _Job], result: SimResult) -> int:
-        """The controller's steps at time t until it launches (or has nothing to do); returns the
-        number of launches. A stop takes effect at once: the next step decides again."""
-        import time
-
-        launched = 0
+    def _reconcile(self, t: float, active: dict[str, _Job], result: SimResult) -> None:
+        """The controller's steps at time t until it launches (or has nothing to do). A stop
+        takes effect at once: the next step decides again."""
         for _ in range(4):
             phases = {k: j.phase for k, j in active.items()}
             snap = Snapshot(now=t, nodes=self.nodes, jobs=tuple(self._view(j) for j in active.values()),
@@ -227,13 +225,11 @@ class Simulator:
                     job.started = t
                 else:
                     job.restarts += 1
-                launched += 1
                 result.actions.append((t, "launch", jid, alloc.gpus_by_node, alloc.plan.short()))
                 result.timeline.append((t, jid, alloc.gpus))
             self._check_capacity(active)
             if not actions.stop:
                 break
-        return launched
 
     def _advance(self, t0: float, t1: float, active: dict[str, _Job], result: SimResult) -> None:
         for jid, job in list(active.items()):
