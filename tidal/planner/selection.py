@@ -29,9 +29,21 @@ def family(p: PlanPoint) -> str:
     return kind + ("-ac" if p.act_ckpt else "")
 
 
+def crosses_network(p: PlanPoint) -> bool:
+    """Whether the plan's bandwidth-heavy collectives cross nodes: all of a data-parallel plan's
+    on a multi-node placement; for a 3D plan only a data-parallel group or a tensor-parallel
+    group that spans nodes (pipeline hand-offs are small and inform no bandwidth term)."""
+    if p.nodes <= 1:
+        return False
+    if p.tp == 1 and p.pp == 1:
+        return True
+    per_node = min(g for g in p.gpus_per_node if g > 0)
+    return p.tp > per_node or p.dp > max(1, per_node // p.tp)
+
+
 def features(p: PlanPoint) -> set[tuple[object, ...]]:
     f = family(p)
-    out: set[tuple[object, ...]] = {("family", f), ("span", f, p.nodes > 1), ("n", f, p.n),
+    out: set[tuple[object, ...]] = {("family", f), ("span", f, crosses_network(p)), ("n", f, p.n),
                                     ("size", p.n), ("accum", p.grad_accum), ("odd", p.odd)}
     if f == "3d":
         out |= {("tp", p.tp), ("pp", p.pp), ("dp3d", p.dp)}
