@@ -84,3 +84,24 @@ def test_fit_memory_recovers_activation_terms() -> None:
     assert got.const_bytes == pytest.approx(7e8, rel=1e-6)
     only_plain = fit_memory(samples[:2], params=10**8, largest_layer_params=10**7, n_layer=12)
     assert only_plain.ckpt_keep == pytest.approx(1 / 12)  # the default: one layer's worth
+    assert only_plain.act_bytes_per_sample > 0  # two samples: activations before a ZeRO constant
+
+
+def test_fit_memory_separates_the_zero_engine_constant() -> None:
+    from tidal.planner.memory import fit_memory
+
+    truth = ModelStats(params=10**6, largest_layer_params=10**5, n_layer=4,
+                       act_bytes_per_sample=4e6, ckpt_keep=0.25, const_bytes=9e7, zero_const_bytes=5.5e7)
+    plans = [Plan(dp=1, zero_stage=s, micro_batch=mb, activation_checkpointing=ac)
+             for s, mb, ac in [(0, 4, False), (0, 32, True), (1, 16, True)]]
+    samples = [(p, estimate(p, truth, gpus_per_node=1, nodes=1).gpu_peak) for p in plans]
+    # three samples, four unknowns: c is tied to 1/L (the truth here), z and a are recovered
+    got = fit_memory(samples, params=10**6, largest_layer_params=10**5, n_layer=4)
+    assert got.zero_const_bytes == pytest.approx(5.5e7, rel=1e-6)
+    assert got.act_bytes_per_sample == pytest.approx(4e6, rel=1e-6)
+    z2 = Plan(dp=1, zero_stage=2, micro_batch=32)
+    assert estimate(z2, got, gpus_per_node=1, nodes=1).gpu_peak == pytest.approx(
+        estimate(z2, truth, gpus_per_node=1, nodes=1).gpu_peak, rel=1e-6)
+    # without a plain-DDP sample the ZeRO constant cannot be told apart: const holds it
+    zero_only = fit_memory(samples[2:], params=10**6, largest_layer_params=10**5, n_layer=4)
+    assert zero_only.zero_const_bytes == 0.0
