@@ -12,10 +12,14 @@ best plan and its predicted samples/s (`Option`).
 
     u_j(i) = w_j / T_j(i),   T_j(i) = restart_j(i) + W_j / s_j(i)
 
-s_j(i): predicted samples/s; W_j = min(remaining samples, horizon_s · s_j(smallest option)):
-the work left, capped so that long jobs (and jobs of unknown length) compare by throughput
-(then u ≈ v_j(i)/horizon with v the throughput normalised by the smallest option: Rubick's
-objective); restart_j(i) = the job's restart cost unless i is what it runs now; w_j = 1 + t/aging_s
+s_j(i): predicted samples/s; W_j = min(remaining samples, horizon_s · max_i s_j(i)): the work
+left, capped at what the job could do in `horizon_s` at its fastest, so that long jobs (and
+jobs of unknown length) compare by throughput (then u ≈ s_j(i)/(horizon · s_j,max), Rubick's
+normalised throughput) while a restart is still weighed against at least `horizon_s` of run
+time. (Capping at the *smallest* option's rate, as this module first did, counted only a few
+seconds of work for jobs whose smallest option is very slow — llama7's ZeRO-Offload on one
+GPU runs at 1/40 of its 16-GPU 3D plan — so a 260-s restart never paid and such jobs were
+never grown); restart_j(i) = the job's restart cost unless i is what it runs now; w_j = 1 + t/aging_s
 for a job that arrived t seconds ago, so nobody starves: a job waiting (or being
 preempted again and again) gains weight until it wins. Maximising Σ 1/T_j
 finishes short jobs first (SRPT: with one GPU per job it runs the smallest remaining times),
@@ -46,6 +50,10 @@ every restart into the decision itself: a change must save more than the restart
 On the Rubick traces (benchmarks/sim_compare.py, workload-base) this objective took the
 average JCT from 3,152 s to 1,934 s and the makespan from 58,657 s to 57,743 s against
 maximising Σ v with a separate horizon-based damping step, which is what this module did first.
+With the planner's later 3D model (data-parallel groups on NIC rails) the smallest-option cap
+left llama7 jobs on 4 GPUs for hours (makespan 70,768 s); the fastest-option cap gives avg JCT
+1,714 s, makespan 59,765 s. Counting the restart only for the horizon's share of a long run
+(so long jobs chase small gains) made both worse: 2,214 s / 65,746 s.
 
 For every job holding recallable GPUs the decision says what it would lose if they were
 recalled (`recall_loss`): the capacity lent by inference can be taken back knowingly.
@@ -139,7 +147,7 @@ def utility(job: JobView, idx: int | None, now: float, cfg: PolicyConfig) -> flo
     if idx is None:
         return 0.0
     o = job.options[idx]
-    work = min(job.remaining_samples, cfg.horizon_s * job.options[0].samples_per_s)
+    work = min(job.remaining_samples, cfg.horizon_s * max(x.samples_per_s for x in job.options))
     keeps = job.current is not None and job.current.gpus == o.gpus and job.current.plan == o.plan
     t = (0.0 if keeps else job.restart_cost_s) + max(work, 0.0) / o.samples_per_s
     weight = 1.0 + max(0.0, now - job.arrival) / cfg.aging_s
