@@ -109,6 +109,15 @@ class PlanPoint:
         """A multi-node placement with a node holding an odd number of GPUs."""
         return self.nodes > 1 and any(g % 2 for g in self.gpus_per_node)
 
+    @property
+    def dp_group(self) -> tuple[int, int]:
+        """(members per node, nodes) of one data-parallel group of a 3D plan. Megatron's rank
+        order (tp fastest, then dp, then pp): a node of the smallest per-node count G holds
+        G // tp members of each dp group when tp fits on the node, else one."""
+        per_node = min(g for g in self.gpus_per_node if g > 0)
+        g = max(1, min(self.dp, per_node // self.tp)) if self.tp <= per_node else 1
+        return g, max(1, self.dp // g)
+
 
 @dataclass(frozen=True, kw_only=True)
 class Theta:
@@ -224,10 +233,7 @@ def predict(theta: Theta, work: Workload, p: PlanPoint, hw: Hardware) -> Breakdo
     w_tp = _bw(hw, theta, 1 if p.tp <= per_node else 2)
     t_tp = theta.k_tp * work.seq_hid * b * s * 2 * (p.tp - 1) / p.tp / w_tp
     t_pp = theta.k_pp * (p.pp - 1) * b
-    # Megatron rank order (tp fastest, then dp, then pp): a node holds per_node // tp
-    # members of each dp group when tp fits on the node
-    g_dp = max(1, min(p.dp, per_node // p.tp)) if p.tp <= per_node else 1
-    k_dp = max(1, p.dp // g_dp)
+    g_dp, k_dp = p.dp_group
     t_dp = (2 * s * psi / mp * _group_time_per_byte(hw, theta, g_dp, k_dp, rails=True)
             if p.dp > 1 else 0.0)
     t_sync = t_comp + t_tp + t_pp + t_dp

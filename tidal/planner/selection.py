@@ -38,7 +38,7 @@ def crosses_network(p: PlanPoint) -> bool:
     if p.tp == 1 and p.pp == 1:
         return True
     per_node = min(g for g in p.gpus_per_node if g > 0)
-    return p.tp > per_node or p.dp > max(1, per_node // p.tp)
+    return p.tp > per_node or p.dp > p.dp_group[0]
 
 
 def features(p: PlanPoint) -> set[tuple[object, ...]]:
