@@ -22,7 +22,6 @@ on n GPUs (what was never measured is never offered).
 
 from __future__ import annotations
 
-import csv
 from collections import defaultdict
 from dataclasses import dataclass
 from functools import cached_property
@@ -31,7 +30,8 @@ from pathlib import Path
 import numpy as np
 
 from tidal.jobs.spec import Plan
-from tidal.planner.traces import GLOBAL_BATCH, MODELS, decode_placement
+from tidal.planner.planner import packed as planner_packed
+from tidal.planner.traces import GLOBAL_BATCH, MODELS, decode_placement, placements
 
 DP_CODES = ("ga", "gc", "zero-dp", "zero-offload")
 
@@ -46,9 +46,8 @@ def canonical(gpus_per_node: tuple[int, ...]) -> str:
 
 
 def packed(n: int, per_node: int) -> tuple[int, ...]:
-    """n GPUs on the fewest nodes: full nodes first."""
-    full, rest = divmod(n, per_node)
-    return (per_node,) * full + ((rest,) if rest else ())
+    """n GPUs on the fewest nodes, full nodes first (the planner's shape, as a tuple)."""
+    return planner_packed(n, per_node).gpus_per_node
 
 
 def plan_of(code: str, n: int, global_batch: int) -> Plan:
@@ -76,14 +75,8 @@ class Truth:
 
     @cached_property
     def _rows(self) -> dict[str, dict[tuple[str, str], float]]:
-        out: dict[str, dict[tuple[str, str], float]] = {}
-        for app in MODELS:
-            rows: dict[tuple[str, str], float] = {}
-            with (self.root / f"{app}-placements.csv").open(encoding="utf-8-sig") as f:
-                for r in csv.DictReader(f):
-                    rows[(r["exec_plan"], r["placement"])] = float(r["iter_time"])
-            out[app] = rows
-        return out
+        return {app: {(r.exec_plan, r.placement): r.sample.iter_s for r in placements(self.root, app)}
+                for app in MODELS}
 
     @cached_property
     def _shape_means(self) -> dict[str, dict[tuple[int, int], float]]:
