@@ -63,6 +63,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal
 
 from tidal.jobs.spec import Plan
@@ -115,10 +116,15 @@ class JobView:
     remaining_samples: float = float("inf")
     attained_gpu_s: float = 0.0  # GPU-seconds held so far (least-attained-service baselines)
 
+    @cached_property
+    def peak_samples_per_s(self) -> float:
+        """The fastest option's predicted samples/s (the horizon's rate in `utility`)."""
+        return max(o.samples_per_s for o in self.options)
+
 
 @dataclass(frozen=True, kw_only=True)
 class PolicyConfig:
-    horizon_s: float = 600.0  # work beyond this many seconds (at the smallest option) is not counted
+    horizon_s: float = 600.0  # work beyond this many seconds (at the fastest option) is not counted
     max_restarts: int = 20
     aging_s: float = 600.0  # a job this old (since arrival) counts double
 
@@ -147,7 +153,7 @@ def utility(job: JobView, idx: int | None, now: float, cfg: PolicyConfig) -> flo
     if idx is None:
         return 0.0
     o = job.options[idx]
-    work = min(job.remaining_samples, cfg.horizon_s * max(x.samples_per_s for x in job.options))
+    work = min(job.remaining_samples, cfg.horizon_s * job.peak_samples_per_s)
     keeps = job.current is not None and job.current.gpus == o.gpus and job.current.plan == o.plan
     t = (0.0 if keeps else job.restart_cost_s) + max(work, 0.0) / o.samples_per_s
     weight = 1.0 + max(0.0, now - job.arrival) / cfg.aging_s
