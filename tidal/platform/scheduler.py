@@ -32,6 +32,7 @@ import pickle
 import threading
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,7 @@ from tidal.platform.policy import Allocation, JobView, Node, Option, PolicyConfi
 from tidal.platform.store import JobRecord, JobState, Store, state_dir
 
 log = logging.getLogger("tidal.scheduler")
+LOG_LIMIT = 10_000  # entries kept of the actor's action and placement logs
 
 SCHEDULER_NAME = "tidal-scheduler"
 NAMESPACE = "tidal"
@@ -116,11 +118,12 @@ class Scheduler:
         self.curves_dir = path.parent / "curves"
         self.curves_dir.mkdir(parents=True, exist_ok=True)
         self.handles: dict[str, RunHandle] = {}
-        self.placement_checks: list[dict[str, Any]] = []
+        # in-memory logs of a long-lived actor: bounded (the store and the logger keep the rest)
+        self.placement_checks: deque[dict[str, Any]] = deque(maxlen=LOG_LIMIT)
         self.cancel_requested: set[str] = set()
         self.lock = threading.RLock()
-        self.events: list[str] = []
-        self.action_log: list[ActionRecord] = []
+        self.events: deque[str] = deque(maxlen=200)
+        self.action_log: deque[ActionRecord] = deque(maxlen=LOG_LIMIT)
         self.metrics = _Metrics()
         self._recover()
         self._wake = threading.Event()
@@ -206,7 +209,7 @@ class Scheduler:
         (self.curves_dir / f"{job_id}.json").write_text(json.dumps([steps[k] for k in sorted(steps)]))
 
     def recent_events(self) -> list[str]:
-        return list(self.events[-200:])
+        return list(self.events)
 
     # -- the controller ------------------------------------------------------------------
 
