@@ -49,24 +49,25 @@ def test_bad_settings_are_rejected_by_name() -> None:
     assert tiny_gpt_spec(lr="autolrs").autolrs == AutoLRS()
 
 
-def _drive(tuner: Tuner, curve: Any) -> list[dict[str, Any]]:
-    """Run the tuner's stage logic with a synthetic loss curve(lr, position, t) instead of a model."""
+def _drive(tuner: Tuner, curve: Any) -> tuple[list[dict[str, Any]], int]:
+    """Run the tuner's stage logic with a synthetic loss curve(lr, position, t) instead of a model:
+    (the tuner's history, the compute steps spent)."""
     st = tuner.state
-    position = 0
-    while st.compute < tuner.budget:
+    position = compute = 0
+    while compute < tuner.budget:
         if st.searching:
             while not tuner.search_done():
                 lr = tuner.ask()
-                st.compute += st.probe_len
+                compute += st.probe_len
                 tuner.tell(lr, [curve(lr, position, i) for i in range(st.probe_len)])
             tuner.choose()
             position += st.probe_len
-        take = min(tuner.stage_end - position, tuner.budget - st.compute)
+        take = min(tuner.stage_end - position, tuner.budget - compute)
         position += take
-        st.compute += take
+        compute += take
         if position >= tuner.stage_end:
-            tuner.next_stage(position)
-    return st.history
+            tuner.next_stage(position, compute)
+    return st.history, compute
 
 
 def test_tuner_stays_within_budget_prefers_good_lrs_and_is_deterministic() -> None:
@@ -77,13 +78,13 @@ def test_tuner_stays_within_budget_prefers_good_lrs_and_is_deterministic() -> No
         return 2.0 + 0.5 * math.log10(lr / 3e-3) ** 2 + 1.0 / (1 + 0.01 * (position + i))
 
     a = Tuner(cfg, seed=3, budget=600)
-    hist = _drive(a, curve)
-    assert a.state.compute <= 600
+    hist, compute = _drive(a, curve)
+    assert compute <= 600
     assert [h["tau"] for h in hist][:3] == [40, 80, 160]  # τ doubles
     for h in hist:
         assert 1e-3 <= h["lr"] <= 1e-2, h  # the forecast ranks by the curve's LR penalty
     b = Tuner(cfg, seed=3, budget=600)
-    assert _drive(b, curve) == hist  # same state, same proposals
+    assert _drive(b, curve)[0] == hist  # same state, same proposals
 
 
 def test_a_resumed_tuner_asks_what_the_original_would() -> None:

@@ -167,7 +167,6 @@ class TunerState:
     searching: bool = True
     trials: list[dict[str, Any]] = field(default_factory=list)  # this stage: lr, forecast, losses
     lr: float | None = None  # the stage's winner, once chosen
-    compute: int = 0  # optimizer steps executed so far, probes included
     history: list[dict[str, Any]] = field(default_factory=list)  # one row per finished search
 
     def to_dict(self) -> dict[str, Any]:
@@ -183,7 +182,7 @@ class Tuner:
 
     The worker drives it (`tidal.jobs.worker`): at a stage start with `state.searching`, it
     runs `trials` probes, each `ask()` → τ′ steps → `tell(lr, losses)`, then `choose()`; it then
-    trains with `state.lr` up to `stage_end`, and calls `next_stage(position)`.
+    trains with `state.lr` up to `stage_end`, and calls `next_stage(position, compute)`.
     """
 
     def __init__(self, cfg: AutoLRS, *, seed: int, budget: int, state: TunerState | None = None,
@@ -194,7 +193,7 @@ class Tuner:
         self.study_path = Path(study_path) if study_path else None
         if state is None:
             self.state = TunerState()
-            self._begin(cfg.warmup_steps, cfg.first_stage)
+            self._begin(cfg.warmup_steps, cfg.first_stage, compute=0)
         else:
             self.state = state
 
@@ -257,18 +256,18 @@ class Tuner:
         self._mirror_study()
         return s.lr
 
-    def next_stage(self, position: int) -> None:
-        """The stage after the current one, starting at data position `position`:
-        τ_{n+1} = min(max_stage, growth·τ_n)."""
+    def next_stage(self, position: int, compute: int) -> None:
+        """The stage after the current one, starting at data position `position` with `compute`
+        optimizer steps (probes included) spent: τ_{n+1} = min(max_stage, growth·τ_n)."""
         self.state.stage += 1
-        self._begin(position, min(self.cfg.max_stage, round(self.cfg.growth * self.state.tau)))
+        self._begin(position, min(self.cfg.max_stage, round(self.cfg.growth * self.state.tau)), compute)
 
-    def _begin(self, position: int, tau: int) -> None:
+    def _begin(self, position: int, tau: int, compute: int) -> None:
         """A stage of (up to) τ steps at `position`, shrunk to what the budget (in compute steps)
         has left after the search; when the rest cannot pay for a search, the stage trains on
         with the previous winner."""
         s, cfg = self.state, self.cfg
-        left = self.budget - max(s.compute, position)
+        left = self.budget - max(compute, position)
         probe = cfg.probe_len(tau)
         overhead = (cfg.trials - 1) * probe
         s.stage_start = position

@@ -205,7 +205,6 @@ class _Loop:
         """A checkpoint of the engine's current state at data position `self.step`."""
         self.extra["compute"] = self.compute
         if self.tuner is not None:
-            self.tuner.state.compute = self.compute
             self.extra["autolrs"] = self.tuner.state.to_dict()
         state = capture_state(self.engine, step=self.step, seed=self.spec.seed, rank=self.rank,
                               extra=self.extra)
@@ -275,8 +274,7 @@ class _Loop:
                 if self.trained(loss, lr, dt, end, stop):
                     return
             if self.step >= tuner.stage_end:
-                tuner.state.compute = self.compute  # the next stage is planned on what is left
-                tuner.next_stage(self.step)
+                tuner.next_stage(self.step, self.compute)  # planned on the budget left
         # the budget ran out right after a search: checkpoint where the winner's probe ended
         self.save_without_row(tuner.lr)
 
