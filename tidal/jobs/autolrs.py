@@ -211,13 +211,19 @@ class Tuner:
 
         return FloatDistribution(self.cfg.lr_min, self.cfg.lr_max, log=True)
 
+    def _trial(self, tr: dict[str, Any], **user_attrs: Any) -> Any:
+        """A finished Optuna trial of one probe of this stage."""
+        from optuna.trial import create_trial
+
+        return create_trial(params={"lr": tr["lr"]}, distributions={"lr": self._distribution()},
+                            value=tr["value"], user_attrs=user_attrs or None)
+
     def ask(self) -> float:
         """The next candidate LR of this stage (rank 0 only; the worker broadcasts it).
 
         The study is rebuilt from the stage's trials, so the proposal is a function of the
         checkpointed state only: a resumed stage asks for the same candidates."""
         import optuna
-        from optuna.trial import create_trial
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         n = len(self.state.trials)
@@ -226,11 +232,9 @@ class Tuner:
             n_startup_trials=self.cfg.startup_trials,
         )
         study = optuna.create_study(direction="minimize", sampler=sampler)
-        dist = self._distribution()
         for tr in self.state.trials:
-            study.add_trial(create_trial(params={"lr": tr["lr"]}, distributions={"lr": dist},
-                                         value=tr["value"]))
-        trial = study.ask({"lr": dist})
+            study.add_trial(self._trial(tr))
+        trial = study.ask({"lr": self._distribution()})
         return float(trial.params["lr"])
 
     def tell(self, lr: float, losses: list[float]) -> bool:
@@ -282,7 +286,6 @@ class Tuner:
         if self.study_path is None:
             return
         import optuna
-        from optuna.trial import create_trial
 
         self.study_path.parent.mkdir(parents=True, exist_ok=True)
         s = self.state
@@ -291,12 +294,9 @@ class Tuner:
                                     direction="minimize", load_if_exists=True)
         if study.trials:  # already written (a stage finished, then the run resumed before it)
             return
-        dist = self._distribution()
         for i, tr in enumerate(s.trials):
-            study.add_trial(create_trial(params={"lr": tr["lr"]}, distributions={"lr": dist},
-                                         value=tr["value"],
-                                         user_attrs={"trial": i, "probe_losses": tr["losses"],
-                                                     "stage_start": s.stage_start, "tau": s.tau}))
+            study.add_trial(self._trial(tr, trial=i, probe_losses=tr["losses"], stage_start=s.stage_start,
+                                        tau=s.tau))
         study.set_user_attr("winner_lr", s.lr)
 
 
