@@ -8,6 +8,17 @@ engine ran out of memory. On a CPU there is no allocator peak and nothing runs o
 `peak_alloc_gib` is the growth of the worker's peak resident set over its baseline, and a row
 is labelled `oom` when that exceeds --device-mem-mib, a virtual device capacity (say so when
 quoting feasibility accuracy from a CPU table).
+
+--models picks the transformers: `tinygpt` (d 128, 4 layers, seq 64: the CPU table) or GPT-2
+shapes (`gpt2-124m`, `gpt2-355m`, `gpt2-774m`, `gpt2-1.5b`: 50257 vocabulary, the standard
+widths and depths, an untied output head, so `params` is Ψ + 50257·d above the tied count),
+trained on Shakespeare characters (what the tokens are does not change a step's cost). Rows are
+appended to --out as each plan finishes, so a run cut short by --deadline-min (no new plan
+starts after it) or by a timeout keeps what it measured.
+
+    python benchmarks/measure_plans.py                                      # CPU, tiny GPT
+    python benchmarks/measure_plans.py --cuda --models gpt2-124m,gpt2-355m --seq 1024 \
+        --global-batch 16 --micro-batches 2,16 --out gpu.csv                 # one GPU, bf16
 """
 
 from __future__ import annotations
@@ -15,54 +26,86 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import random
+import time
 from pathlib import Path
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 import ray
 
-from tidal.jobs import Plan
-from tidal.jobs.reference import shakespeare_gpt
+from tidal.jobs import JobSpec, Plan
+from tidal.jobs.reference import GPT2_SHAPES, shakespeare_gpt
 from tidal.planner.profiler import profile
+
+COLUMNS = ["model", "params", "zero_stage", "offload", "act_ckpt", "micro_batch", "seq",
+           "step_s", "tokens_per_s", "peak_alloc_gib", "status"]
+
+
+def job(model: str, seq: int, global_batch: int, precision: str) -> JobSpec:
+    if model == "tinygpt":
+        return shakespeare_gpt(name="tinygpt-d128-l4", seq_len=seq, d_model=128, n_layer=4,
+                               global_batch=global_batch, max_gpus=1, precision=precision)
+    if model not in GPT2_SHAPES:
+        raise SystemExit(f"--models: unknown model {model!r}; known: tinygpt, {', '.join(GPT2_SHAPES)}")
+    d, layers, heads = GPT2_SHAPES[model]
+    return shakespeare_gpt(name=model, seq_len=seq, d_model=d, n_layer=layers, n_head=heads,
+                           vocab_size=50257, global_batch=global_batch, max_gpus=1,
+                           precision=precision)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=Path("benchmarks/data/tinygpt-cpu-measurements.csv"))
+    ap.add_argument("--models", default="tinygpt", help="comma-separated: tinygpt, gpt2-124m, ...")
+    ap.add_argument("--seq", type=int, default=64)
+    ap.add_argument("--global-batch", type=int, default=32)
     ap.add_argument("--micro-batches", default="4,16,32")
     ap.add_argument("--device-mem-mib", type=float, default=None,
                     help="virtual device capacity for CPU rows (default: none, every row ok)")
     ap.add_argument("--cuda", action="store_true", help="profile on the GPU (bf16)")
+    ap.add_argument("--deadline-min", type=float, default=None, help="start no plan after this")
     args = ap.parse_args()
+    micro = [int(m) for m in args.micro_batches.split(",")]
+    if any(args.global_batch % m for m in micro):
+        raise SystemExit(f"--micro-batches {args.micro_batches}: each must divide --global-batch "
+                         f"{args.global_batch}")
+    specs = [job(m, args.seq, args.global_batch, "bf16" if args.cuda else "fp32")
+             for m in args.models.split(",")]
+    plans = [Plan(dp=1, zero_stage=stage, offload_optimizer=off, activation_checkpointing=ac,
+                  micro_batch=mb, grad_accum=args.global_batch // mb)
+             for stage, off in [(0, False), (1, False), (2, False), (2, True), (3, False), (3, True)]
+             for ac in (False, True) for mb in micro]
+    random.Random(0).shuffle(plans)  # a table cut short by the deadline still spans the grid
+    t0 = time.monotonic()
     ray.init(log_to_driver=False) if args.cuda else ray.init(num_cpus=2, num_gpus=2, log_to_driver=False)
-    d, layers, seq = 128, 4, 64
-    spec = shakespeare_gpt(seq_len=seq, d_model=d, n_layer=layers, global_batch=32, max_gpus=1,
-                           precision="bf16" if args.cuda else "fp32")
-    name = f"tinygpt-d{d}-l{layers}"
-    params = sum(p.numel() for p in spec.model().parameters())
-    plans = []
-    for stage, off in [(0, False), (1, False), (2, False), (2, True), (3, False), (3, True)]:
-        for ac in (False, True):
-            for mb in (int(m) for m in args.micro_batches.split(",")):
-                plans.append(Plan(dp=1, zero_stage=stage, offload_optimizer=off,
-                                  activation_checkpointing=ac, micro_batch=mb, grad_accum=32 // mb))
-    records = profile(spec, plans, hardware="cuda" if args.cuda else "cpu", use_cuda=args.cuda,
-                      steps=3, warmup=1)
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    n = 0
     with args.out.open("w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["model", "params", "zero_stage", "offload", "act_ckpt", "micro_batch", "seq",
-                    "step_s", "tokens_per_s", "peak_alloc_gib", "status"])
-        for r in records:
-            status = r.status if r.status in ("ok", "oom") else "error"
-            if status == "ok" and args.device_mem_mib and r.peak_bytes > args.device_mem_mib * 2**20:
-                status = "oom"
-            ok = r.iter_s > 0
-            w.writerow([name, params, r.plan.zero_stage, "cpu" if r.plan.offload_optimizer else "none",
-                        int(r.plan.activation_checkpointing), r.plan.micro_batch, seq,
-                        f"{r.iter_s:.6f}" if ok else "", f"{32 * seq / r.iter_s:.1f}" if ok else "",
-                        f"{r.peak_bytes / 2**30:.6f}" if ok else "", status])
-    print(f"wrote {len(records)} rows to {args.out}")
+        w.writerow(COLUMNS)
+        for spec in specs:
+            params = sum(p.numel() for p in spec.model().parameters())
+            print(f"{spec.name}: {params / 1e6:.1f}M parameters", flush=True)
+            for plan in plans:
+                if args.deadline_min is not None and time.monotonic() - t0 > 60 * args.deadline_min:
+                    print(f"deadline: stopped after {n} rows", flush=True)
+                    ray.shutdown()
+                    return
+                (r,) = profile(spec, [plan], hardware="cuda" if args.cuda else "cpu",
+                               use_cuda=args.cuda, steps=3, warmup=1)
+                status = r.status if r.status in ("ok", "oom") else "error"
+                if status == "ok" and args.device_mem_mib and r.peak_bytes > args.device_mem_mib * 2**20:
+                    status = "oom"
+                ok = r.iter_s > 0
+                w.writerow([spec.name, params, plan.zero_stage, "cpu" if plan.offload_optimizer else "none",
+                            int(plan.activation_checkpointing), plan.micro_batch, args.seq,
+                            f"{r.iter_s:.6f}" if ok else "",
+                            f"{args.global_batch * args.seq / r.iter_s:.1f}" if ok else "",
+                            f"{r.peak_bytes / 2**30:.6f}" if ok else "", status])
+                f.flush()
+                n += 1
+    print(f"wrote {n} rows to {args.out}")
     ray.shutdown()
 
 

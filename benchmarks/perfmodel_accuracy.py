@@ -28,13 +28,11 @@ from pathlib import Path
 import numpy as np
 
 from tidal.jobs import Plan
+from tidal.jobs.reference import GPT2_SHAPES
 from tidal.planner import traces
 from tidal.planner.memory import estimate, fit_memory
 from tidal.planner.perfmodel import Hardware, PlanPoint, Sample, Workload, fit
 from tidal.planner.selection import family, select
-
-# (hidden, layers) of the GPT-2 family (vocabulary 50257); the largest layer is the embedding.
-GPT2 = {"gpt2-124m": (768, 12), "gpt2-355m": (1024, 24), "gpt2-774m": (1280, 36), "gpt2-1.5b": (1600, 48)}
 
 
 @dataclass(frozen=True)
@@ -57,8 +55,8 @@ class Row:
 
 def _layers(model: str, params: int) -> tuple[int, int]:
     """(layers, largest-layer parameters) from the model name."""
-    if model in GPT2:
-        d, layers = GPT2[model]
+    if model in GPT2_SHAPES:  # vocabulary 50257: the largest layer is the embedding
+        d, layers, _ = GPT2_SHAPES[model]
         return layers, 50257 * d
     m = re.match(r"tinygpt-d(\d+)-l(\d+)", model)
     if m:

@@ -14,11 +14,22 @@ from tidal.jobs.data import CharCorpus, load_shakespeare, shakespeare_train, sha
 from tidal.jobs.models import GPTConfig, TinyGPT, lm_loss
 from tidal.jobs.spec import JobSpec
 
+# GPT-2's (hidden, layers, heads) by name; its vocabulary is 50257.
+GPT2_SHAPES = {"gpt2-124m": (768, 12, 12), "gpt2-355m": (1024, 24, 16),
+               "gpt2-774m": (1280, 36, 20), "gpt2-1.5b": (1600, 48, 25)}
+
 
 def shakespeare_gpt(*, name: str = "shakespeare-gpt", seq_len: int = 64, d_model: int = 128,
-                    n_layer: int = 4, n_head: int = 4, **spec_fields: Any) -> JobSpec:
-    """A JobSpec for the tiny GPT; `spec_fields` override JobSpec fields (global_batch, ...)."""
-    cfg = GPTConfig(vocab_size=load_shakespeare().vocab_size, seq_len=seq_len, d_model=d_model,
+                    n_layer: int = 4, n_head: int = 4, vocab_size: int | None = None,
+                    **spec_fields: Any) -> JobSpec:
+    """A JobSpec for the tiny GPT; `spec_fields` override JobSpec fields (global_batch, ...).
+
+    `vocab_size` defaults to the corpus's characters; a larger one (GPT-2's 50257, to measure a
+    GPT-2-shaped model) leaves the extra rows of the embedding and head unused by the data."""
+    chars = load_shakespeare().vocab_size
+    if vocab_size is not None and vocab_size < chars:
+        raise ValueError(f"vocab_size {vocab_size} < the corpus's {chars} characters")
+    cfg = GPTConfig(vocab_size=vocab_size or chars, seq_len=seq_len, d_model=d_model,
                     n_layer=n_layer, n_head=n_head)
     fields: dict[str, Any] = dict(
         name=name, model=partial(TinyGPT, cfg), dataset=partial(shakespeare_train, seq_len),
