@@ -64,8 +64,17 @@ def main() -> None:
     ap.add_argument("--device-mem-mib", type=float, default=None,
                     help="virtual device capacity for CPU rows (default: none, every row ok)")
     ap.add_argument("--cuda", action="store_true", help="profile on the GPU (bf16)")
+    ap.add_argument("--stages", default="0,1,2,2o,3,3o",
+                    help="ZeRO stages to measure; 'o' = with CPU optimizer offload")
     ap.add_argument("--deadline-min", type=float, default=None, help="start no plan after this")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the rows already in --out and measure only the missing plans")
     args = ap.parse_args()
+    combos = []
+    for tok in args.stages.split(","):
+        if tok not in ("0", "1", "2", "2o", "3", "3o"):
+            raise SystemExit(f"--stages: {tok!r} is not one of 0, 1, 2, 2o, 3, 3o")
+        combos.append((int(tok[0]), tok.endswith("o")))
     micro = [int(m) for m in args.micro_batches.split(",")]
     if any(args.global_batch % m for m in micro):
         raise SystemExit(f"--micro-batches {args.micro_batches}: each must divide --global-batch "
@@ -74,20 +83,29 @@ def main() -> None:
              for m in args.models.split(",")]
     plans = [Plan(dp=1, zero_stage=stage, offload_optimizer=off, activation_checkpointing=ac,
                   micro_batch=mb, grad_accum=args.global_batch // mb)
-             for stage, off in [(0, False), (1, False), (2, False), (2, True), (3, False), (3, True)]
-             for ac in (False, True) for mb in micro]
+             for stage, off in combos for ac in (False, True) for mb in micro]
     random.Random(0).shuffle(plans)  # a table cut short by the deadline still spans the grid
     t0 = time.monotonic()
     ray.init(log_to_driver=False) if args.cuda else ray.init(num_cpus=2, num_gpus=2, log_to_driver=False)
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    kept = []
+    if args.resume and args.out.exists():
+        with args.out.open() as f:
+            kept = [r for r in csv.DictReader(f) if r["status"] in ("ok", "oom")]
+    done = {(r["model"], int(r["zero_stage"]), r["offload"] == "cpu", r["act_ckpt"] == "1",
+             int(r["micro_batch"]), int(r["seq"])) for r in kept}
     n = 0
     with args.out.open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(COLUMNS)
+        w.writerows([r[c] for c in COLUMNS] for r in kept)
         for spec in specs:
             params = sum(p.numel() for p in spec.model().parameters())
             print(f"{spec.name}: {params / 1e6:.1f}M parameters", flush=True)
             for plan in plans:
+                if (spec.name, plan.zero_stage, plan.offload_optimizer, plan.activation_checkpointing,
+                        plan.micro_batch, args.seq) in done:
+                    continue
                 if args.deadline_min is not None and time.monotonic() - t0 > 60 * args.deadline_min:
                     print(f"deadline: stopped after {n} rows", flush=True)
                     ray.shutdown()
@@ -105,7 +123,7 @@ def main() -> None:
                             f"{r.peak_bytes / 2**30:.6f}" if ok else "", status])
                 f.flush()
                 n += 1
-    print(f"wrote {n} rows to {args.out}")
+    print(f"measured {n} rows, kept {len(kept)}: {args.out}")
     ray.shutdown()
 
 

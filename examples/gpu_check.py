@@ -7,8 +7,11 @@
 
 Prints where the workers ran, each run's samples/s, and the largest per-step loss difference
 between run 1 and the reconfigured run 2 (the data order and global batch do not depend on the
-plan, so the two curves should agree to bf16 rounding). Exits 1 if the workers saw no CUDA or the
-curves diverge by more than --tolerance.
+plan, so the two curves agree up to the order of floating-point reductions). Exits 1 if the
+workers saw no CUDA or the curves differ by more than --tolerance. fp32 by default: in bf16 the
+stages round differently (ZeRO-0 keeps bf16 gradients, ZeRO-1+ fp32 partitions) and an unstable
+early phase amplifies that — on CPU and GPU alike, measured 2026-11-22: gaps up to 1.07 at step
+10 that close again to 0.03 by step 40.
 
     python examples/gpu_check.py --steps 40
 """
@@ -38,17 +41,23 @@ def _device_name() -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=40)
-    ap.add_argument("--tolerance", type=float, default=0.05, help="largest allowed per-step loss gap")
+    ap.add_argument("--tolerance", type=float, default=0.01, help="largest allowed per-step loss gap")
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     ap.add_argument("--autolrs", action="store_true")
+    ap.add_argument("--cpu", action="store_true", help="the same checks on CPU (1 logical GPU)")
     args = ap.parse_args()
-    ray.init(log_to_driver=False)
+    ray.init(log_to_driver=False, **({"num_gpus": 1} if args.cpu else {}))
     gpus = ray.cluster_resources().get("GPU", 0)
-    if gpus < 1 or not _workers_have_cuda(1.0):
+    if args.cpu:
+        print("device: CPU (logical GPU)")
+    elif gpus < 1 or not _workers_have_cuda(1.0):
         print(f"no CUDA on the GPU workers (cluster GPUs: {gpus}): nothing to check here")
         return 1
-    print(f"device: {ray.get(_device_name.remote())}", flush=True)
+    else:
+        print(f"device: {ray.get(_device_name.remote())}", flush=True)
     spec = shakespeare_gpt(name="gpu-check", global_batch=32, total_steps=args.steps, max_gpus=1,
-                           precision="bf16", lr=WarmupCosine(peak=3e-3, warmup=5, total=args.steps))
+                           precision=args.precision,
+                           lr=WarmupCosine(peak=1e-3, warmup=5, total=args.steps))
     one = Resources(num_workers=1, gpus_per_worker=1.0)
     straight = run(spec, Plan(dp=1, zero_stage=0, micro_batch=8, grad_accum=4), one)
     half = args.steps // 2
@@ -58,6 +67,10 @@ def main() -> int:
                             grad_accum=1), one, checkpoint=first.checkpoint)
     joined = first.history + second.history
     gaps = [abs(a["loss"] - b["loss"]) for a, b in zip(straight.history, joined, strict=True)]
+    print("step  straight  reconfigured")
+    for a, b in zip(straight.history, joined, strict=True):
+        if a["step"] % 5 == 0 or a["step"] in (half - 1, half, half + 1):
+            print(f"{a['step']:4d}  {a['loss']:8.4f}  {b['loss']:8.4f}")
     for name, r in (("zero0", straight), ("zero2+offload", first), ("zero3+ckpt", second)):
         print(f"{name:<14} steps {r.start_step:3d}->{r.final_step:3d}  loss {r.losses[-1]:.4f}  "
               f"{r.mean_samples_per_s():8.1f} samples/s  {r.wall_s:6.1f} s wall", flush=True)
@@ -65,7 +78,7 @@ def main() -> int:
     ok = max(gaps) <= args.tolerance and straight.finished and second.finished
     if args.autolrs:
         auto = run(shakespeare_gpt(name="gpu-check-autolrs", global_batch=32, total_steps=args.steps,
-                                   max_gpus=1, precision="bf16", lr="autolrs"),
+                                   max_gpus=1, precision=args.precision, lr="autolrs"),
                    Plan(dp=1, zero_stage=1, micro_batch=32, grad_accum=1), one)
         lrs = sorted({round(m["lr"], 6) for m in auto.history})
         print(f"autolrs        steps {auto.final_step}  loss {auto.losses[-1]:.4f}  "
