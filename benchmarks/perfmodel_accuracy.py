@@ -108,8 +108,9 @@ def measurements(path: Path, fit_rows: int, precision: str, device_gib: float) -
         step_apes += s_apes
         mem_apes += m_apes
         correct, total = correct + sum(hits), total + len(hits)
-        print(f"{model:<16}{len(mine):>5}{len(chosen):>4}{100 * np.mean(s_apes):>10.1f}%"
-              f"{100 * np.mean(m_apes):>9.1f}%{100 * sum(hits) / len(hits):>13.1f}%")
+        pct = (lambda v: f"{100 * np.mean(v):.1f}%") if test else (lambda v: "-")  # all rows fitted
+        print(f"{model:<16}{len(mine):>5}{len(chosen):>4}{pct(s_apes):>11}{pct(m_apes):>10}"
+              f"{100 * sum(hits) / len(hits):>13.1f}%")
     return float(np.mean(step_apes)), float(np.mean(mem_apes)), correct / total
 
 

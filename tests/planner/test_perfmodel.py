@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tidal.planner import traces
-from tidal.planner.perfmodel import Hardware, PlanPoint, Sample, Theta, Workload, fit, predict
+from tidal.planner.perfmodel import Hardware, PlanPoint, Sample, Theta, Workload, fit, informed, predict
 from tidal.planner.selection import crosses_network, family, select
 
 HW = Hardware()
@@ -78,6 +78,22 @@ def test_fit_recovers_predictions_from_eight_samples() -> None:
     errs = [abs(f.predict(WORK, p, HW).iter - predict(TRUE, WORK, p, HW).iter)
             / predict(TRUE, WORK, p, HW).iter for p in held_out]
     assert sum(errs) / len(errs) < 0.05, max(errs)
+
+
+def test_confounded_constants_stay_fixed_on_iteration_times_of_one_gpu() -> None:
+    """On one GPU with iteration times only, k_opt·Ψ is one more constant like k_const, and
+    k_off like k_cpu·Ψ/t: fitting both of a pair only lets them wander. Parts or a second GPU
+    count separate them."""
+    one = [PlanPoint(gpus_per_node=(1,), dp=1, grad_accum=8),
+           PlanPoint(gpus_per_node=(1,), dp=1, zero_stage=2, offload=True, act_ckpt=True, grad_accum=8),
+           PlanPoint(gpus_per_node=(1,), dp=1, zero_stage=3, grad_accum=1)]
+    times = [Sample(point=p, iter_s=predict(TRUE, WORK, p, HW).iter) for p in one]
+    names = informed(times)
+    assert "k_opt" not in names and "k_off" not in names
+    assert {"k_fwd", "k_fwd0", "k_bwd", "k_const", "k_cpu", "k_z2", "k_z3"} <= set(names)
+    assert {"k_opt", "k_off"} <= set(informed([_sample(p) for p in one]))  # with parts
+    two = [*one, PlanPoint(gpus_per_node=(2,), dp=2, zero_stage=2, offload=True, grad_accum=4)]
+    assert {"k_opt", "k_off"} <= set(informed([Sample(point=p, iter_s=1.0) for p in two]))
 
 
 def test_selection_covers_every_family_first() -> None:

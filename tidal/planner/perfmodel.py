@@ -47,7 +47,9 @@ fitted by
 minimising the summed squared log errors of T_iter and of the measured parts (T_fwd, T_sync,
 T_opt) with bounded L-BFGS-B in log space, from at most 8 samples per job (best of several
 deterministic starting points). Only the constants the samples can inform are fitted
-(`informed`); the rest keep the rough values read off the samples. A weak L2 prior toward
+(`informed`: a term no sample exercises, or one that iteration times alone cannot tell from
+another — on one GPU k_opt·Ψ is one more constant, k_off one more CPU-Adam term); the rest keep
+the rough values read off the samples. A weak L2 prior toward
 those values was tried instead and made held-out errors worse.
 """
 
@@ -280,15 +282,26 @@ def informed(samples: Sequence[Sample]) -> list[str]:
     """
     pts = [s.point for s in samples]
     dp = [p for p in pts if p.tp == 1 and p.pp == 1]
-    names = ["k_fwd", "k_bwd", "k_opt", "k_const"]
+    parts = any(s.fwd_s or s.sync_s or s.opt_s for s in samples)
+    names = ["k_fwd", "k_const"]
+    # Iteration times alone confound some pairs; each is freed only when the samples separate it:
+    # k_bwd scales T_fwd like k_fwd unless checkpointing (+T_fwd) is seen both on and off;
+    # k_opt·Ψ/n is one more constant unless n varies; k_off and k_cpu·Ψ/(n·t) likewise.
+    if parts or len({p.act_ckpt for p in dp}) > 1 or len(dp) < len(pts):
+        names.append("k_bwd")
+    if parts or len({p.n for p in pts}) > 1 or len(dp) < len(pts):
+        names.append("k_opt")
     if len({p.grad_accum for p in dp}) > 1 or any(s.fwd_s for s in samples):
         names.append("k_fwd0")
     if any(p.zero_stage == 2 for p in dp):
         names.append("k_z2")
     if any(p.zero_stage == 3 for p in dp):
         names.append("k_z3")
-    if any(p.offload for p in dp):
-        names += ["k_cpu", "k_off"]
+    off = [p for p in dp if p.offload]
+    if off:
+        names.append("k_cpu")
+        if parts or len({p.n * (p.cpu_threads or 1) for p in off}) > 1:
+            names.append("k_off")
     if any(p.n > 1 for p in pts):
         names += ["eta", "gamma"]
     if any(p.nodes > 1 for p in pts):
