@@ -9,9 +9,9 @@ Prints where the workers ran, each run's samples/s, and the largest per-step los
 between run 1 and the reconfigured run 2 (the data order and global batch do not depend on the
 plan, so the two curves agree up to the order of floating-point reductions). Exits 1 if the
 workers saw no CUDA or the curves differ by more than --tolerance. fp32 by default: in bf16 the
-stages round differently (ZeRO-0 keeps bf16 gradients, ZeRO-1+ fp32 partitions) and an unstable
-early phase amplifies that — on CPU and GPU alike, measured 2026-11-22: gaps up to 1.07 at step
-10 that close again to 0.03 by step 40.
+ZeRO stages keep and reduce gradients in different precisions, so they round differently, and
+the early phase (peak LR 3e-3) amplifies that — on CPU and GPU alike, measured 2026-11-22: gaps
+up to 1.07 at step 10 that close again to 0.03 by step 40.
 
     python examples/gpu_check.py --steps 40
 """
