@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import pytest
 import torch
 
 from tidal.jobs.models import GPTConfig, TinyGPT, lm_loss
+from tidal.jobs.reference import GPT2_SHAPES, shakespeare_gpt
 
 
 def test_forward_shape_and_param_count() -> None:
@@ -34,3 +36,15 @@ def test_loss_is_near_uniform_at_init() -> None:
     x = torch.randint(0, 84, (8, 16))
     loss = lm_loss(TinyGPT(cfg), (x, x)).detach()
     assert abs(float(loss) - float(torch.log(torch.tensor(84.0)))) < 0.2
+
+
+def test_gpt2_shapes_have_gpt2_parameter_counts() -> None:
+    """The GPT-2 shapes the plan tables name: Ψ with a tied head is GPT-2's published count;
+    ours is untied (+ 50257·d + 50257), so a table's `params` column says which it measured."""
+    published = {"gpt2-124m": 124.4e6, "gpt2-355m": 354.8e6, "gpt2-774m": 774.0e6, "gpt2-1.5b": 1557.6e6}
+    for name, (d, layers, heads) in GPT2_SHAPES.items():
+        cfg = GPTConfig(vocab_size=50257, seq_len=1024, d_model=d, n_layer=layers, n_head=heads)
+        tied = cfg.n_params - 50257 * d - 50257
+        assert abs(tied - published[name]) / published[name] < 0.01, (name, tied)
+    with pytest.raises(ValueError, match="vocab_size"):
+        shakespeare_gpt(vocab_size=10)
