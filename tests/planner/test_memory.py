@@ -105,3 +105,17 @@ def test_fit_memory_separates_the_zero_engine_constant() -> None:
     # without a plain-DDP sample the ZeRO constant cannot be told apart: const holds it
     zero_only = fit_memory(samples[2:], params=10**6, largest_layer_params=10**5, n_layer=4)
     assert zero_only.zero_const_bytes == 0.0
+
+
+def test_fit_memory_keeps_every_term_non_negative() -> None:
+    """Peaks below the states formula at small micro-batches (a formula that counts a buffer the
+    engine frees before its peak) must not turn into a negative constant."""
+    from tidal.planner.memory import fit_memory
+
+    truth = ModelStats(params=10**7, largest_layer_params=10**6, n_layer=6, act_bytes_per_sample=2e7,
+                       const_bytes=0.0)
+    plans = [Plan(dp=1, micro_batch=mb) for mb in (2, 8, 32)]
+    samples = [(p, estimate(p, truth, gpus_per_node=1, nodes=1).gpu_peak - 3e7 * (p.micro_batch == 2))
+               for p in plans]
+    got = fit_memory(samples, params=10**7, largest_layer_params=10**6, n_layer=6)
+    assert got.const_bytes >= 0.0 and got.zero_const_bytes >= 0.0 and got.act_bytes_per_sample > 0
