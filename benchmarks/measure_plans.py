@@ -2,6 +2,7 @@
 
 Writes a CSV with the columns `perfmodel_accuracy.py --measurements` reads:
 model,params,zero_stage,offload,act_ckpt,micro_batch,seq,step_s,tokens_per_s,peak_alloc_gib,status
+followed by fwd_s,bwd_s,opt_s: the parts of the measured step, as the profiler times them.
 
 On a GPU `peak_alloc_gib` is `torch.cuda.max_memory_allocated()` and `status` is `oom` when the
 engine ran out of memory. On a CPU there is no allocator peak and nothing runs out of memory:
@@ -40,11 +41,12 @@ from tidal.planner.profiler import profile
 
 COLUMNS = ["model", "params", "zero_stage", "offload", "act_ckpt", "micro_batch", "seq",
            "step_s", "tokens_per_s", "peak_alloc_gib", "status"]
+PARTS = ["fwd_s", "bwd_s", "opt_s"]  # optional: the measured step's forward, backward, optimizer
 
 
 def job(model: str, seq: int, global_batch: int, precision: str) -> JobSpec:
     if model == "tinygpt":
-        return shakespeare_gpt(name="tinygpt-d128-l4", seq_len=seq, d_model=128, n_layer=4,
+        return shakespeare_gpt(seq_len=seq, d_model=128, n_layer=4,
                                global_batch=global_batch, max_gpus=1, precision=precision)
     if model not in GPT2_SHAPES:
         raise SystemExit(f"--models: unknown model {model!r}; known: tinygpt, {', '.join(GPT2_SHAPES)}")
@@ -79,12 +81,16 @@ def main() -> None:
     if any(args.global_batch % m for m in micro):
         raise SystemExit(f"--micro-batches {args.micro_batches}: each must divide --global-batch "
                          f"{args.global_batch}")
-    specs = [job(m, args.seq, args.global_batch, "bf16" if args.cuda else "fp32")
-             for m in args.models.split(",")]
+    models = args.models.split(",")
+    specs = [job(m, args.seq, args.global_batch, "bf16" if args.cuda else "fp32") for m in models]
+    names = ["tinygpt-d128-l4" if m == "tinygpt" else m for m in models]
     plans = [Plan(dp=1, zero_stage=stage, offload_optimizer=off, activation_checkpointing=ac,
                   micro_batch=mb, grad_accum=args.global_batch // mb)
              for stage, off in combos for ac in (False, True) for mb in micro]
-    random.Random(0).shuffle(plans)  # a table cut short by the deadline still spans the grid
+    # Measured in a shuffled order, so that a table cut short by the deadline still spans the
+    # grid; written back in grid order at the end (the sample selection breaks ties by row order).
+    order = list(plans)
+    random.Random(0).shuffle(plans)
     t0 = time.monotonic()
     ray.init(log_to_driver=False) if args.cuda else ray.init(num_cpus=2, num_gpus=2, log_to_driver=False)
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -97,34 +103,55 @@ def main() -> None:
     n = 0
     with args.out.open("w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(COLUMNS)
-        w.writerows([r[c] for c in COLUMNS] for r in kept)
-        for spec in specs:
+        w.writerow(COLUMNS + PARTS)
+        w.writerows([r[c] for c in COLUMNS] + [r.get(c, "") for c in PARTS] for r in kept)
+        for name, spec in zip(names, specs, strict=True):
+            if args.deadline_min is not None and time.monotonic() - t0 > 60 * args.deadline_min:
+                break
             params = sum(p.numel() for p in spec.model().parameters())
-            print(f"{spec.name}: {params / 1e6:.1f}M parameters", flush=True)
+            print(f"{name}: {params / 1e6:.1f}M parameters", flush=True)
             for plan in plans:
-                if (spec.name, plan.zero_stage, plan.offload_optimizer, plan.activation_checkpointing,
+                if (name, plan.zero_stage, plan.offload_optimizer, plan.activation_checkpointing,
                         plan.micro_batch, args.seq) in done:
                     continue
                 if args.deadline_min is not None and time.monotonic() - t0 > 60 * args.deadline_min:
                     print(f"deadline: stopped after {n} rows", flush=True)
-                    ray.shutdown()
-                    return
+                    break
                 (r,) = profile(spec, [plan], hardware="cuda" if args.cuda else "cpu",
                                use_cuda=args.cuda, steps=3, warmup=1)
                 status = r.status if r.status in ("ok", "oom") else "error"
                 if status == "ok" and args.device_mem_mib and r.peak_bytes > args.device_mem_mib * 2**20:
                     status = "oom"
                 ok = r.iter_s > 0
-                w.writerow([spec.name, params, plan.zero_stage, "cpu" if plan.offload_optimizer else "none",
+                w.writerow([name, params, plan.zero_stage, "cpu" if plan.offload_optimizer else "none",
                             int(plan.activation_checkpointing), plan.micro_batch, args.seq,
                             f"{r.iter_s:.6f}" if ok else "",
                             f"{args.global_batch * args.seq / r.iter_s:.1f}" if ok else "",
-                            f"{r.peak_bytes / 2**30:.6f}" if ok else "", status])
+                            f"{r.peak_bytes / 2**30:.6f}" if ok else "", status]
+                           + [f"{v:.6f}" if ok else "" for v in (r.fwd_s, r.bwd_s, r.opt_s)])
                 f.flush()
                 n += 1
-    print(f"measured {n} rows, kept {len(kept)}: {args.out}")
     ray.shutdown()
+    _sort(args.out, names, order)
+    print(f"measured {n} rows, kept {len(kept)}: {args.out}")
+
+
+def _sort(path: Path, names: list[str], order: list[Plan]) -> None:
+    """Rewrite the table in (model, grid) order."""
+    with path.open() as f:
+        rows = list(csv.DictReader(f))
+    grid = {(p.zero_stage, p.offload_optimizer, p.activation_checkpointing, p.micro_batch): i
+            for i, p in enumerate(order)}
+    rank = {name: i for i, name in enumerate(names)}
+
+    def key(r: dict[str, str]) -> tuple[int, int]:
+        g = (int(r["zero_stage"]), r["offload"] == "cpu", r["act_ckpt"] == "1", int(r["micro_batch"]))
+        return rank.get(r["model"], len(rank)), grid.get(g, len(grid))
+
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS + PARTS, restval="")
+        w.writeheader()
+        w.writerows(sorted(rows, key=key))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@ each model's in-sample error when fitted on all of its rows.
 
 --measurements FILE.csv: single-GPU rows with the columns
 model,params,zero_stage,offload,act_ckpt,micro_batch,seq,step_s,tokens_per_s,peak_alloc_gib,status
-(global batch = tokens_per_s · step_s / seq). Per model, fit the performance model and the
+(global batch = tokens_per_s · step_s / seq) and, optionally, fwd_s,bwd_s,opt_s (the parts
+of the step the profiler times; `measure_plans.py` writes them): the fit uses them for its fit
+rows, as the live planner does, unless --no-parts. Per model, fit the performance model and the
 memory model's fitted terms on at most --fit-rows `ok` rows (default 3, chosen by the same
 selection), predict every other row, and print `perfmodel_mape` (step time of ok rows),
 `memory_mape` (peak memory of ok rows) and last `feasibility_accuracy` (predicted oom — peak
@@ -45,6 +47,11 @@ class Row:
     step_s: float
     peak: float  # bytes
     status: str
+    parts: tuple[float, float, float] | None = None  # fwd_s, bwd_s, opt_s where the table has them
+
+    def sample(self, use_parts: bool) -> Sample:
+        fwd, bwd, opt = self.parts if use_parts and self.parts else (None, None, None)
+        return Sample(point=self.point, iter_s=self.step_s, fwd_s=fwd, sync_s=bwd, opt_s=opt)
 
     @property
     def point(self) -> PlanPoint:
@@ -78,11 +85,15 @@ def read_rows(path: Path) -> list[Row]:
                         activation_checkpointing=r["act_ckpt"] in ("1", "True", "true"),
                         micro_batch=mb, grad_accum=max(1, batch // mb))
             peak = float(r["peak_alloc_gib"]) * 2**30 if r["peak_alloc_gib"] else 0.0
-            out.append(Row(r["model"], int(float(r["params"])), plan, seq, batch, step, peak, r["status"]))
+            parts = tuple(float(r[c]) for c in ("fwd_s", "bwd_s", "opt_s")) if all(
+                r.get(c) for c in ("fwd_s", "bwd_s", "opt_s")) else None
+            out.append(Row(r["model"], int(float(r["params"])), plan, seq, batch, step, peak, r["status"],
+                           parts))  # type: ignore[arg-type]
     return out
 
 
-def measurements(path: Path, fit_rows: int, precision: str, device_gib: float) -> tuple[float, float, float]:
+def measurements(path: Path, fit_rows: int, precision: str, device_gib: float,
+                 use_parts: bool = True) -> tuple[float, float, float]:
     rows = read_rows(path)
     hw = Hardware(cpu_threads_per_gpu=1)
     step_apes: list[float] = []
@@ -95,7 +106,7 @@ def measurements(path: Path, fit_rows: int, precision: str, device_gib: float) -
         chosen = select(ok, lambda r: r.point, fit_rows)
         params, batch = mine[0].params, ok[0].batch if ok else mine[0].batch
         work = Workload(params=params, global_batch=batch, grad_bytes=2 if precision == "bf16" else 4)
-        perf = fit([Sample(point=r.point, iter_s=r.step_s) for r in chosen], work, hw)
+        perf = fit([r.sample(use_parts) for r in chosen], work, hw)
         layers, largest = _layers(model, params)
         stats = fit_memory([(r.plan, r.peak) for r in chosen], params=params, largest_layer_params=largest,
                            n_layer=layers, precision=precision)  # type: ignore[arg-type]
@@ -151,6 +162,9 @@ def main() -> None:
     ap.add_argument("--fit-rows", type=int, default=None)
     ap.add_argument("--precision", choices=["bf16", "fp32"], default="bf16")
     ap.add_argument("--device-mem-gib", type=float, default=80.0)
+    ap.add_argument("--no-parts", action="store_true",
+                    help="--measurements: fit on step times alone even where the table has the "
+                         "profiler's fwd_s, bwd_s, opt_s columns")
     ap.add_argument("-v", "--verbose", action="store_true")
     ap.add_argument("--floor", action="store_true",
                     help="also fit every measured row of a model and print that in-sample error: how "
@@ -160,7 +174,7 @@ def main() -> None:
         print(f"perfmodel_mape: {rubick(args.rubick, args.fit_rows or 8, args.verbose, args.floor):.4f}")
     elif args.measurements:
         step, mem, feas = measurements(args.measurements, args.fit_rows or 3, args.precision,
-                                       args.device_mem_gib)
+                                       args.device_mem_gib, use_parts=not args.no_parts)
         print(f"perfmodel_mape: {step:.4f}")
         print(f"memory_mape: {mem:.4f}")
         print(f"feasibility_accuracy: {feas:.4f}")

@@ -10,7 +10,9 @@ after one call for dp = 1, a Ray Train `TorchTrainer` for dp > 1. Every step is 
     iteration the whole step
 
 after `warmup` unmeasured steps; the step with the median iteration time is kept, with its
-parts (so they add up within one step). Peak memory is
+parts (so they add up within one step). On a GPU every time stamp waits for the device
+(`torch.cuda.synchronize()`): kernels run asynchronously, and without it the forward would
+measure only its launches and the backward would absorb its kernels. Peak memory is
 `torch.cuda.max_memory_allocated()` on a GPU; on a CPU it is the worker's peak resident set
 (`ru_maxrss`) minus its resident set just before the engine was built, i.e. what the engine,
 its optimizer and training added. Results are cached per (job, model, plan, hardware) in
@@ -30,7 +32,8 @@ from typing import Any
 from tidal.jobs.data import StepSampler, cache_dir
 from tidal.jobs.spec import JobSpec, Plan
 
-PROFILE_FORMAT = 2  # bump when what a record means changes: old cache entries are not reused
+PROFILE_FORMAT = 3  # bump when what a record means changes: old cache entries are not reused
+# (3: GPU parts timed with a device synchronize at every stamp)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,6 +76,12 @@ def measure(spec: JobSpec, plan: Plan, *, rank: int, steps: int, warmup: int,
     from tidal.jobs.worker import _to_device, build_engine, set_lr
 
     device = torch.device("cuda", torch.cuda.current_device()) if use_cuda else torch.device("cpu")
+
+    def now() -> float:
+        if use_cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
     data = spec.dataset()
     sampler = StepSampler(len(data), spec.global_batch, spec.seed)
     base = _current_rss_bytes()
@@ -85,22 +94,20 @@ def measure(spec: JobSpec, plan: Plan, *, rank: int, steps: int, warmup: int,
             set_lr(engine, spec.lr_schedule().at(step))
             idx = sampler.shard(step, rank, plan.dp)
             fwd = bwd = opt = 0.0
-            t_step = time.perf_counter()
+            t_step = now()
             for m in range(plan.grad_accum):
                 chunk = idx[m * plan.micro_batch : (m + 1) * plan.micro_batch]
                 batch = _to_device(default_collate([data[int(i)] for i in chunk]), device)
-                t0 = time.perf_counter()
+                t0 = now()
                 loss = spec.loss(engine, batch)
-                t1 = time.perf_counter()
+                t1 = now()
                 engine.backward(loss)
-                t2 = time.perf_counter()
+                t2 = now()
                 engine.step()
-                t3 = time.perf_counter()
+                t3 = now()
                 fwd, bwd, opt = fwd + t1 - t0, bwd + t2 - t1, opt + t3 - t2
-            if use_cuda:
-                torch.cuda.synchronize()
             if step >= warmup:
-                parts.append((fwd, bwd, opt, time.perf_counter() - t_step))
+                parts.append((fwd, bwd, opt, now() - t_step))
     except torch.cuda.OutOfMemoryError:
         return ProfileRecord(plan=plan, status="oom", device="cuda")
     peak = float(torch.cuda.max_memory_allocated()) if use_cuda else _rss_bytes() - base
