@@ -37,8 +37,11 @@ def scheduler(ray_cluster: Any, tmp_path: Path) -> Any:
     # This tests the mechanism, not the damping (unit-tested in test_policy.py): with 4 logical
     # GPUs on 2 cores the model fitted from 1-2 worker profiles overestimates throughput several
     # times, so jobs look seconds from done and any restart cost would keep A as it is.
+    # Half a CPU per worker: B is profiled (on CPUs) while A holds all 4 GPUs; with a whole CPU
+    # per worker A's workers hold all 4 logical CPUs and B's `submit` waits for A to finish
+    # (it passed only while B's profiles sat in the profile cache of an earlier run).
     cfg = SchedulerConfig(tick_s=1.0, state_path=str(tmp_path / "tidal.sqlite"), profile_samples=2,
-                          profile_steps=1, profile_gpus=0.0, restart_cost_s=0.0,
+                          profile_steps=1, profile_gpus=0.0, restart_cost_s=0.0, cpus_per_worker=0.5,
                           policy=PolicyConfig(aging_s=1e6))
     actor = sdk.connect(cfg)
     assert ray.get(actor.ping.remote()) == "ok"
