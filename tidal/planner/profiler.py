@@ -12,7 +12,9 @@ after one call for dp = 1, a Ray Train `TorchTrainer` for dp > 1. Every step is 
 after `warmup` unmeasured steps; the step with the median iteration time is kept, with its
 parts (so they add up within one step). On a GPU every time stamp waits for the device
 (`torch.cuda.synchronize()`): kernels run asynchronously, and without it the forward would
-measure only its launches and the backward would absorb its kernels. Peak memory is
+measure only its launches and the backward would absorb its kernels (the price: a
+launch-bound model loses some CPU/GPU overlap, so its profiled step is a little slower than
+training's). Peak memory is
 `torch.cuda.max_memory_allocated()` on a GPU; on a CPU it is the worker's peak resident set
 (`ru_maxrss`) minus its resident set just before the engine was built, i.e. what the engine,
 its optimizer and training added. Results are cached per (job, model, plan, hardware) in
