@@ -42,6 +42,7 @@ from tidal.planner.profiler import profile
 COLUMNS = ["model", "params", "zero_stage", "offload", "act_ckpt", "micro_batch", "seq",
            "step_s", "tokens_per_s", "peak_alloc_gib", "status"]
 PARTS = ["fwd_s", "bwd_s", "opt_s"]  # optional: the measured step's forward, backward, optimizer
+CPU_TABLE = Path("benchmarks/data/tinygpt-cpu-measurements.csv")
 
 
 def job(model: str, seq: int, global_batch: int, precision: str) -> JobSpec:
@@ -58,7 +59,9 @@ def job(model: str, seq: int, global_batch: int, precision: str) -> JobSpec:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, default=Path("benchmarks/data/tinygpt-cpu-measurements.csv"))
+    ap.add_argument("--out", type=Path, default=None,
+                    help="default: benchmarks/data/tinygpt-cpu-measurements.csv on the CPU, "
+                         "gpu-measurements.csv with --cuda (never the CPU table)")
     ap.add_argument("--models", default="tinygpt", help="comma-separated: tinygpt, gpt2-124m, ...")
     ap.add_argument("--seq", type=int, default=64)
     ap.add_argument("--global-batch", type=int, default=32)
@@ -72,6 +75,8 @@ def main() -> None:
     ap.add_argument("--resume", action="store_true",
                     help="keep the rows already in --out and measure only the missing plans")
     args = ap.parse_args()
+    if args.out is None:
+        args.out = Path("gpu-measurements.csv") if args.cuda else CPU_TABLE
     combos = []
     for tok in args.stages.split(","):
         if tok not in ("0", "1", "2", "2o", "3", "3o"):
