@@ -57,6 +57,17 @@ def job(model: str, seq: int, global_batch: int, precision: str) -> JobSpec:
                            precision=precision)
 
 
+def _plan_key(model: str, plan: Plan, seq: int) -> tuple[object, ...]:
+    return (model, plan.zero_stage, plan.offload_optimizer, plan.activation_checkpointing,
+            plan.micro_batch, seq)
+
+
+def _row_key(r: dict[str, str]) -> tuple[object, ...]:
+    """A table row's `_plan_key`."""
+    return (r["model"], int(r["zero_stage"]), r["offload"] == "cpu", r["act_ckpt"] == "1",
+            int(r["micro_batch"]), int(r["seq"]))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=None,
@@ -96,30 +107,36 @@ def main() -> None:
     # grid; written back in grid order at the end (the sample selection breaks ties by row order).
     order = list(plans)
     random.Random(0).shuffle(plans)
+    grid = [_plan_key(name, p, args.seq) for name in names for p in order]
     t0 = time.monotonic()
-    ray.init(log_to_driver=False) if args.cuda else ray.init(num_cpus=2, num_gpus=2, log_to_driver=False)
+
+    def past_deadline() -> bool:
+        return args.deadline_min is not None and time.monotonic() - t0 > 60 * args.deadline_min
+
+    if args.cuda:
+        ray.init(log_to_driver=False)
+    else:
+        ray.init(num_cpus=2, num_gpus=2, log_to_driver=False)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     kept = []
     if args.resume and args.out.exists():
         with args.out.open() as f:
             kept = [r for r in csv.DictReader(f) if r["status"] in ("ok", "oom")]
-    done = {(r["model"], int(r["zero_stage"]), r["offload"] == "cpu", r["act_ckpt"] == "1",
-             int(r["micro_batch"]), int(r["seq"])) for r in kept}
+    done = {_row_key(r) for r in kept}
     n = 0
     with args.out.open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(COLUMNS + PARTS)
         w.writerows([r[c] for c in COLUMNS] + [r.get(c, "") for c in PARTS] for r in kept)
         for name, spec in zip(names, specs, strict=True):
-            if args.deadline_min is not None and time.monotonic() - t0 > 60 * args.deadline_min:
+            if past_deadline():
                 break
             params = sum(p.numel() for p in spec.model().parameters())
             print(f"{name}: {params / 1e6:.1f}M parameters", flush=True)
             for plan in plans:
-                if (name, plan.zero_stage, plan.offload_optimizer, plan.activation_checkpointing,
-                        plan.micro_batch, args.seq) in done:
+                if _plan_key(name, plan, args.seq) in done:
                     continue
-                if args.deadline_min is not None and time.monotonic() - t0 > 60 * args.deadline_min:
+                if past_deadline():
                     print(f"deadline: stopped after {n} rows", flush=True)
                     break
                 (r,) = profile(spec, [plan], hardware="cuda" if args.cuda else "cpu",
@@ -137,26 +154,19 @@ def main() -> None:
                 f.flush()
                 n += 1
     ray.shutdown()
-    _sort(args.out, names, order)
+    _sort(args.out, grid)
     print(f"measured {n} rows, kept {len(kept)}: {args.out}")
 
 
-def _sort(path: Path, names: list[str], order: list[Plan]) -> None:
-    """Rewrite the table in (model, grid) order."""
+def _sort(path: Path, grid: list[tuple[object, ...]]) -> None:
+    """Rewrite the table in `grid` order (rows of other runs last, in their order)."""
     with path.open() as f:
         rows = list(csv.DictReader(f))
-    grid = {(p.zero_stage, p.offload_optimizer, p.activation_checkpointing, p.micro_batch): i
-            for i, p in enumerate(order)}
-    rank = {name: i for i, name in enumerate(names)}
-
-    def key(r: dict[str, str]) -> tuple[int, int]:
-        g = (int(r["zero_stage"]), r["offload"] == "cpu", r["act_ckpt"] == "1", int(r["micro_batch"]))
-        return rank.get(r["model"], len(rank)), grid.get(g, len(grid))
-
+    rank = {k: i for i, k in enumerate(grid)}
     with path.open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS + PARTS, restval="")
         w.writeheader()
-        w.writerows(sorted(rows, key=key))
+        w.writerows(sorted(rows, key=lambda r: rank.get(_row_key(r), len(rank))))
 
 
 if __name__ == "__main__":

@@ -28,7 +28,6 @@ import ray
 
 from tidal import Plan, Resources, WarmupCosine, run
 from tidal.jobs.reference import shakespeare_gpt
-from tidal.jobs.runner import _workers_have_cuda
 
 
 @ray.remote(num_gpus=1)
@@ -48,13 +47,11 @@ def main() -> int:
     args = ap.parse_args()
     ray.init(log_to_driver=False, **({"num_gpus": 1} if args.cpu else {}))
     gpus = ray.cluster_resources().get("GPU", 0)
-    if args.cpu:
-        print("device: CPU (logical GPU)")
-    elif gpus < 1 or not _workers_have_cuda(1.0):
+    device = "CPU (logical GPU)" if args.cpu else ray.get(_device_name.remote()) if gpus >= 1 else ""
+    if not args.cpu and device in ("", "no CUDA"):
         print(f"no CUDA on the GPU workers (cluster GPUs: {gpus}): nothing to check here")
         return 1
-    else:
-        print(f"device: {ray.get(_device_name.remote())}", flush=True)
+    print(f"device: {device}", flush=True)
     spec = shakespeare_gpt(name="gpu-check", global_batch=32, total_steps=args.steps, max_gpus=1,
                            precision=args.precision,
                            lr=WarmupCosine(peak=1e-3, warmup=5, total=args.steps))

@@ -283,13 +283,14 @@ def informed(samples: Sequence[Sample]) -> list[str]:
     pts = [s.point for s in samples]
     dp = [p for p in pts if p.tp == 1 and p.pp == 1]
     parts = any(s.fwd_s or s.sync_s or s.opt_s for s in samples)
+    has_3d = len(dp) < len(pts)
     names = ["k_fwd", "k_const"]
     # Iteration times alone confound some pairs; each is freed only when the samples separate it:
     # k_bwd scales T_fwd like k_fwd unless checkpointing (+T_fwd) is seen both on and off;
     # k_opt·Ψ/n is one more constant unless n varies; k_off and k_cpu·Ψ/(n·t) likewise.
-    if parts or len({p.act_ckpt for p in dp}) > 1 or len(dp) < len(pts):
+    if parts or len({p.act_ckpt for p in dp}) > 1 or has_3d:
         names.append("k_bwd")
-    if parts or len({p.n for p in pts}) > 1 or len(dp) < len(pts):
+    if parts or len({p.n for p in pts}) > 1 or has_3d:
         names.append("k_opt")
     if len({p.grad_accum for p in dp}) > 1 or any(s.fwd_s for s in samples):
         names.append("k_fwd0")
@@ -308,7 +309,7 @@ def informed(samples: Sequence[Sample]) -> list[str]:
         names.append("eta_x")
     if any(p.odd for p in pts):
         names.append("eta_odd")
-    if len(dp) < len(pts):
+    if has_3d:
         names += ["k_mp", "k_tp", "k_pp"]
     return [n for n in _NAMES if n in names]
 
