@@ -1,14 +1,15 @@
 """The scheduler actor on a real two-node Ray cluster (2 logical GPUs per node, gloo on CPU).
 
-One scenario covers the core of the scheduler: job A starts alone; job B arrives; the
-scheduler reconfigures A and starts B; the scheduler actor is killed mid-run and restarts;
-both jobs finish with falling loss curves equal to uninterrupted runs; every run's workers
-ran on the nodes its decision named.
+One scenario covers the core of the scheduler: job A starts alone on every GPU and CPU; job B
+arrives and is profiled in capacity the scheduler reserves from A; the scheduler reconfigures A
+and starts B; the scheduler actor is killed mid-run and restarts; both jobs finish with falling
+loss curves equal to uninterrupted runs; every run's workers ran on the nodes its decision named.
 """
 
 from __future__ import annotations
 
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +38,10 @@ def scheduler(ray_cluster: Any, tmp_path: Path) -> Any:
     # This tests the mechanism, not the damping (unit-tested in test_policy.py): with 4 logical
     # GPUs on 2 cores the model fitted from 1-2 worker profiles overestimates throughput several
     # times, so jobs look seconds from done and any restart cost would keep A as it is.
-    # Half a CPU per worker: B is profiled (on CPUs) while A holds all 4 GPUs; with a whole CPU
-    # per worker A's workers hold all 4 logical CPUs and B's `submit` waits for A to finish
-    # (it passed only while B's profiles sat in the profile cache of an earlier run).
+    # A whole CPU per worker: A's four workers hold every logical CPU of the cluster, so B's
+    # profiles (on CPUs) can run only in capacity the scheduler reserves for them.
     cfg = SchedulerConfig(tick_s=1.0, state_path=str(tmp_path / "tidal.sqlite"), profile_samples=2,
-                          profile_steps=1, profile_gpus=0.0, restart_cost_s=0.0, cpus_per_worker=0.5,
+                          profile_steps=1, profile_gpus=0.0, restart_cost_s=0.0, cpus_per_worker=1.0,
                           policy=PolicyConfig(aging_s=1e6))
     actor = sdk.connect(cfg)
     assert ray.get(actor.ping.remote()) == "ok"
@@ -52,11 +52,17 @@ def scheduler(ray_cluster: Any, tmp_path: Path) -> Any:
 
 def test_two_jobs_reconfiguration_and_scheduler_restart(scheduler: Any) -> None:
     spec_a = tiny_gpt_spec(name="job-a", total_steps=240, max_gpus=4, checkpoint_every=10)
-    spec_b = tiny_gpt_spec(name="job-b", total_steps=90, max_gpus=4, checkpoint_every=10, seed=1)
+    # a name of its own: B is never in the profile cache, so it is profiled on the full cluster
+    spec_b = tiny_gpt_spec(name=f"job-b-{uuid.uuid4().hex[:6]}", total_steps=90, max_gpus=4,
+                           checkpoint_every=10, seed=1)
     a = sdk.JobHandle(ray.get(scheduler.submit.remote(spec_a)), scheduler)
     _wait(lambda: a.status()["state"] == "RUNNING", "A to start")
     gpus_alone = a.status()["gpus"]
     b = sdk.JobHandle(ray.get(scheduler.submit.remote(spec_b)), scheduler)
+    events = ray.get(scheduler.recent_events.remote())
+    # B's profiles ran in capacity reserved from A, not after A ended
+    assert a.status()["state"] != "SUCCEEDED", events
+    assert any(f"profiling {spec_b.name}: 2 plans, reserved" in e for e in events), events
     _wait(lambda: b.status()["state"] == "RUNNING", "B to start")
     events = ray.get(scheduler.recent_events.remote())
     assert a.status()["restarts"] >= 1, f"A was not reconfigured: alone on {gpus_alone} GPUs; {events}"

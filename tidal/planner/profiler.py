@@ -152,20 +152,34 @@ def _multi_loop(config: dict[str, Any]) -> None:
                          checkpoint=ray.train.Checkpoint.from_directory(tmp) if rank0 else None)
 
 
+PROFILE_CPUS_PER_WORKER = 1.0  # each profile worker's logical CPUs (a task, or a Train worker)
+
+
 def profile_plan(spec: JobSpec, plan: Plan, *, gpus_per_worker: float = 1.0, steps: int = 3,
-                 warmup: int = 1, use_cuda: bool = False) -> ProfileRecord:
+                 warmup: int = 1, use_cuda: bool = False,
+                 node_ids: tuple[str, ...] | None = None) -> ProfileRecord:
+    """Profile one plan; `node_ids` (one per worker, at least `plan.dp`) pins its workers."""
     import ray
 
     spec.check_plan(plan)
+    pin = tuple(node_ids[: plan.dp]) if node_ids else None
+    if pin is not None and len(pin) < plan.dp:
+        raise ValueError(f"profile of {plan.short()}: {len(pin)} node ids for {plan.dp} workers")
     if plan.dp == 1:
-        task = ray.remote(max_calls=1)(_single).options(num_cpus=1, num_gpus=gpus_per_worker)
+        opts: dict[str, Any] = {"num_cpus": PROFILE_CPUS_PER_WORKER, "num_gpus": gpus_per_worker}
+        if pin is not None:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(pin[0], soft=False)
+        task = ray.remote(max_calls=1)(_single).options(**opts)
         return ProfileRecord.from_json(ray.get(task.remote(spec, plan, steps, warmup, use_cuda)))
     from tidal.jobs.runner import Resources, make_trainer
 
     trainer = make_trainer(
         _multi_loop,
         {"spec": spec, "plan": plan, "steps": steps, "warmup": warmup, "use_cuda": use_cuda},
-        Resources(num_workers=plan.dp, gpus_per_worker=gpus_per_worker),
+        Resources(num_workers=plan.dp, gpus_per_worker=gpus_per_worker,
+                  cpus_per_worker=PROFILE_CPUS_PER_WORKER, node_ids=pin),
         use_cuda=use_cuda, name=f"profile-{spec.name}-{plan.short()}-{time.time_ns()}",
     )
     try:
@@ -185,21 +199,32 @@ def _cache_key(spec: JobSpec, plan: Plan, hardware: str, steps: int) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()[:24]
 
 
+def _cache_path(spec: JobSpec, plan: Plan, hardware: str, steps: int, cache: Path | None) -> Path:
+    return (cache or cache_dir()) / "profiles" / f"{_cache_key(spec, plan, hardware, steps)}.json"
+
+
+def uncached(spec: JobSpec, plans: list[Plan], *, hardware: str = "cpu", steps: int = 3,
+             cache: Path | None = None) -> list[Plan]:
+    """The plans `profile` would have to measure (the others are in the cache)."""
+    return [p for p in plans if not _cache_path(spec, p, hardware, steps, cache).exists()]
+
+
 def profile(spec: JobSpec, plans: list[Plan], *, hardware: str = "cpu", steps: int = 3,
             warmup: int = 1, gpus_per_worker: float = 1.0, use_cuda: bool = False,
-            cache: Path | None = None, progress: bool = True) -> list[ProfileRecord]:
-    """Profile each plan (cached on disk per job, model, plan and hardware)."""
-    root = (cache or cache_dir()) / "profiles"
-    root.mkdir(parents=True, exist_ok=True)
+            cache: Path | None = None, progress: bool = True,
+            node_ids: tuple[str, ...] | None = None) -> list[ProfileRecord]:
+    """Profile each plan (cached on disk per job, model, plan and hardware); `node_ids` pins
+    the workers of the measured ones (worker i of a plan to node_ids[i])."""
     out = []
     for i, plan in enumerate(plans, 1):
-        path = root / f"{_cache_key(spec, plan, hardware, steps)}.json"
+        path = _cache_path(spec, plan, hardware, steps, cache)
+        path.parent.mkdir(parents=True, exist_ok=True)
         if path.exists():
             rec = ProfileRecord.from_json(json.loads(path.read_text()))
             how = "cached"
         else:
             rec = profile_plan(spec, plan, gpus_per_worker=gpus_per_worker, steps=steps,
-                               warmup=warmup, use_cuda=use_cuda)
+                               warmup=warmup, use_cuda=use_cuda, node_ids=node_ids)
             if not rec.status.startswith("error"):
                 path.write_text(json.dumps(rec.to_json()))
             how = "measured"

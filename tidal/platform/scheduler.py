@@ -20,7 +20,11 @@ return to QUEUED from the newest checkpoint found under their run's storage dire
 
 Jobs are planned at submission: a few profiles on real engines (`tidal.planner.fitting`), then
 the resource matrix (best plan and predicted samples/s per GPU count) the policy chooses from.
-A job that fits no plan on the cluster is rejected with the reason.
+A job that fits no plan on the cluster is rejected with the reason. Profiles that are not in the
+cache need GPUs and CPUs like any run; `submit` reserves them on chosen nodes
+(`tidal.platform.reservations`) and every snapshot the policy sees has that much less capacity
+until profiling ends, so on a full cluster the policy shrinks running jobs to make room instead
+of `submit` waiting for one to finish.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from tidal.jobs.runner import Resources, RunHandle, launch, storage_root
 from tidal.jobs.spec import JobSpec, Plan, SpecError
 from tidal.platform.controller import ActionRecord, Phase, reconcile_step
 from tidal.platform.policy import Allocation, JobView, Node, Option, PolicyConfig, Snapshot
+from tidal.platform.reservations import Reservation, reserve, without
 from tidal.platform.store import JobRecord, JobState, Store, state_dir
 
 log = logging.getLogger("tidal.scheduler")
@@ -121,6 +126,7 @@ class Scheduler:
         # in-memory logs of a long-lived actor: bounded (the store and the logger keep the rest)
         self.placement_checks: deque[dict[str, Any]] = deque(maxlen=LOG_LIMIT)
         self.cancel_requested: set[str] = set()
+        self.reservations: dict[str, Reservation] = {}  # capacity held for profiles in progress
         self.lock = threading.RLock()
         self.events: deque[str] = deque(maxlen=200)
         self.action_log: deque[ActionRecord] = deque(maxlen=LOG_LIMIT)
@@ -238,8 +244,9 @@ class Scheduler:
                 log.exception("reconcile failed")
 
     def _plan(self, spec: JobSpec) -> tuple[tuple[Option, ...], float | None]:
-        from tidal.planner.fitting import profile_and_fit
+        from tidal.planner.fitting import fit_job, sample_plans
         from tidal.planner.planner import best_plan, packed, require_feasible, score
+        from tidal.planner.profiler import profile
 
         nodes = self._nodes()
         if not nodes:
@@ -249,10 +256,21 @@ class Scheduler:
         top = min(spec.max_gpus, total)
         if top < spec.min_gpus:
             raise SpecError("JobSpec.min_gpus", f"needs {spec.min_gpus} GPUs, the cluster has {total}")
-        fitted = profile_and_fit(spec, max_gpus=min(top, 2), gpus_per_node=per_node,
-                                 k=self.cfg.profile_samples, use_cuda=self.cfg.use_cuda,
-                                 steps=self.cfg.profile_steps, progress=False,
-                                 gpus_per_worker=self.cfg.profile_gpus)
+        plans = sample_plans(spec, min(top, 2), self.cfg.profile_samples, per_node)
+        hardware = "cuda" if self.cfg.use_cuda else "cpu"
+        held = self._reserve_profile(spec, plans, hardware, nodes)
+        try:
+            records = profile(spec, plans, hardware=hardware, use_cuda=self.cfg.use_cuda,
+                              steps=self.cfg.profile_steps, progress=False,
+                              gpus_per_worker=self.cfg.profile_gpus,
+                              node_ids=held[1].workers if held else None)
+        finally:
+            if held:
+                with self.lock:
+                    del self.reservations[held[0]]
+                self._event(f"profiling {spec.name} done: reservation {held[0]} released")
+                self._wake.set()
+        fitted = fit_job(spec, records, gpus_per_node=per_node)
         mem = self.cfg.gpu_mem_gib * 2**30
         shapes = [packed(n, per_node, gpu_mem_bytes=mem) for n in range(spec.min_gpus, top + 1)
                   if spec.global_batch % n == 0]
@@ -268,6 +286,37 @@ class Scheduler:
             guarantee = score(spec.plan, fitted.model, packed(spec.requested_gpus, per_node,
                                                               gpu_mem_bytes=mem)).samples_per_s
         return tuple(options), guarantee
+
+    def _reserve_profile(self, spec: JobSpec, plans: list[Plan], hardware: str,
+                         nodes: list[Node]) -> tuple[str, Reservation] | None:
+        """Reserve the workers of the profiles `profile` will measure (not the cached ones), so
+        that the policy makes room for them on a full cluster (`tidal.platform.reservations`).
+        Returns the reservation's key and itself; None when nothing is measured or nothing can
+        host it."""
+        from tidal.planner.profiler import PROFILE_CPUS_PER_WORKER, uncached
+
+        todo = uncached(spec, plans, hardware=hardware, steps=self.cfg.profile_steps)
+        if not todo:
+            return None
+        with self.lock:
+            held: dict[str, tuple[float, float]] = {}
+            for r in self.store.all():
+                if r.state in (JobState.RUNNING, JobState.STOPPING):
+                    for nid, g in r.allocation or []:
+                        hg, hc = held.get(nid, (0.0, 0.0))
+                        held[nid] = (hg + g, hc + g * self.cfg.cpus_per_worker)
+            res = reserve(nodes, held, max(p.dp for p in todo), gpus_per_worker=self.cfg.profile_gpus,
+                          cpus_per_worker=PROFILE_CPUS_PER_WORKER, reserved=self.reservations.values())
+            if res is None:
+                self._event(f"profiling {spec.name}: no node set can host its profile workers; "
+                            "they wait for free resources")
+                return None
+            token = f"profile-{spec.name}-{uuid.uuid4().hex[:6]}"
+            self.reservations[token] = res
+        self._event(f"profiling {spec.name}: {len(todo)} plans, reserved {len(res.workers)} workers "
+                    f"on {sorted(set(res.workers))}")
+        self._wake.set()  # the policy makes room now, not at the next tick
+        return token, res
 
     def _check_options(self, spec: JobSpec,
                        options: tuple[Option, ...]) -> tuple[tuple[Option, ...], float | None]:
@@ -360,7 +409,7 @@ class Scheduler:
             everything = self.store.all()
             self.metrics.update(everything)
             recs = [r for r in everything if not r.state.terminal]
-            nodes = self._nodes()
+            nodes = without(self._nodes(), self.reservations.values())
             if not recs or not nodes:
                 return
             phases = {r.job_id: Phase(r.state.value) for r in recs}
