@@ -11,7 +11,8 @@ training loop (`tidal.jobs.worker.run_loop`), so AutoLRS's probes run exactly as
                (default 2) × the baselines' compute steps, its probe steps included
 
 Prints the steps each method needs to reach the target (validation loss evaluated every
-`--eval-every` steps; AutoLRS's steps count its probes) and, last,
+`--eval-every` steps; AutoLRS's steps count its probes), the data steps AutoLRS needs (what its
+schedule would be worth if probes were free: a bound on the speedup) and, last,
 `autolrs_speedup: X` = best baseline's steps ÷ AutoLRS's steps. Writes `results/autolrs.png`
 (loss and LR against compute steps) and `results/autolrs.json`.
 """
@@ -73,11 +74,12 @@ def train(label: str, lr: float | LRSchedule | AutoLRS, steps: int, every: int,
     return rec.rows
 
 
-def steps_to(rows: list[dict[str, Any]], target: float) -> float:
-    """Compute steps at the first evaluation whose validation loss is <= target (inf: never)."""
+def steps_to(rows: list[dict[str, Any]], target: float, key: str = "compute_steps") -> float:
+    """`key` (compute steps, or data steps: `step`) at the first evaluation whose validation
+    loss is <= target (inf: never)."""
     for r in rows:
         if r.get("val_loss") is not None and r["val_loss"] <= target + 1e-9:
-            return float(r["compute_steps"])
+            return float(r[key])
     return math.inf
 
 
@@ -122,6 +124,12 @@ def main(argv: list[str] | None = None) -> int:
     probes = auto[-1]["probe_steps"]
     print(f"\nautolrs: {probes} of its {auto[-1]['compute_steps']} compute steps were losing probes")
     baseline_steps = min(s for k, s in reached.items() if k != "autolrs")
+    # What the schedule alone is worth: the data steps AutoLRS needs, as if probes were free.
+    # The speedup can never exceed this bound, whatever the probes cost.
+    data_steps = steps_to(auto, target, key="step")
+    bound = baseline_steps / data_steps if not math.isinf(data_steps) else 0.0
+    print(f"autolrs reaches the target after {'-' if math.isinf(data_steps) else int(data_steps)} data "
+          f"steps (probes not counted): speedup with free probes {bound:.3f}")
     speedup = baseline_steps / reached["autolrs"] if not math.isinf(reached["autolrs"]) else 0.0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
