@@ -97,3 +97,12 @@ def test_reserved_capacity_is_never_allocated_random() -> None:
             rg, rc = r.on(n.node_id)
             assert gpus[n.node_id] + rg <= n.gpus + 1e-9
             assert cpus[n.node_id] + rc <= n.cpus + 1e-9
+
+
+def test_guaranteed_jobs_capacity_is_kept() -> None:
+    everything = {"a": (2.0, 2.0), "b": (2.0, 2.0)}
+    # a guaranteed job holds node a, a best-effort job node b: the profile takes b
+    r = reserve(NODES, everything, 2, gpus_per_worker=1, cpus_per_worker=1, kept={"a": (2.0, 2.0)})
+    assert r is not None and r.workers == ("b", "b")
+    # guaranteed jobs hold everything: no reservation (the profile waits; nobody is preempted)
+    assert reserve(NODES, everything, 1, gpus_per_worker=1, cpus_per_worker=1, kept=everything) is None

@@ -37,13 +37,16 @@ class Reservation:
 
 def reserve(nodes: Iterable[Node], held: Mapping[str, tuple[float, float]], workers: int, *,
             gpus_per_worker: float, cpus_per_worker: float,
+            kept: Mapping[str, tuple[float, float]] | None = None,
             reserved: Iterable[Reservation] = ()) -> Reservation | None:
-    """Nodes for `workers` profile workers, or None if the cluster cannot host them even empty.
+    """Nodes for `workers` profile workers, or None if the cluster cannot host them.
 
-    `held`: (GPUs, CPUs) that Tidal's running jobs hold per node. Workers are packed on as few
-    nodes as possible: nodes whose *free* resources host the most workers first (no running job
-    has to shrink for those), then the nodes that could host the most once emptied, then by id
-    (deterministic). Capacity already reserved for other profiles is never used twice.
+    `held`: (GPUs, CPUs) that Tidal's running jobs hold per node; `kept`: the part of it that a
+    reservation must not take (guaranteed jobs': a profile never pushes one below its
+    guarantee). Workers are packed on as few nodes as possible: nodes whose *free* resources
+    host the most workers first (no running job has to shrink for those), then the nodes that
+    could host the most once their other jobs shrank, then by id (deterministic). Capacity
+    already reserved for other profiles is never used twice.
     """
     if workers < 1:
         raise ValueError(f"a reservation needs at least one worker, got {workers}")
@@ -59,7 +62,8 @@ def reserve(nodes: Iterable[Node], held: Mapping[str, tuple[float, float]], work
         rg = sum(r.on(n.node_id)[0] for r in others)
         rc = sum(r.on(n.node_id)[1] for r in others)
         hg, hc = held.get(n.node_id, (0.0, 0.0))
-        cap = fit(n.gpus - rg, n.cpus - rc)
+        kg, kc = (kept or {}).get(n.node_id, (0.0, 0.0))
+        cap = fit(n.gpus - rg - kg, n.cpus - rc - kc)
         free = min(cap, fit(n.gpus - rg - hg, n.cpus - rc - hc))
         rows.append((-free, -cap, n.node_id, cap))
     out: list[str] = []

@@ -24,7 +24,7 @@ A job that fits no plan on the cluster is rejected with the reason. Profiles tha
 cache need GPUs and CPUs like any run; `submit` reserves them on chosen nodes
 (`tidal.platform.reservations`) and every snapshot the policy sees has that much less capacity
 until profiling ends, so on a full cluster the policy shrinks running jobs to make room instead
-of `submit` waiting for one to finish.
+of `submit` waiting for one to finish. A reservation never takes a guaranteed job's GPUs.
 """
 
 from __future__ import annotations
@@ -300,16 +300,20 @@ class Scheduler:
             return None
         with self.lock:
             held: dict[str, tuple[float, float]] = {}
+            kept: dict[str, tuple[float, float]] = {}  # guaranteed jobs' GPUs: never reserved
             for r in self.store.all():
                 if r.state in (JobState.RUNNING, JobState.STOPPING):
+                    guaranteed = pickle.loads(r.options)[1] is not None
                     for nid, g in r.allocation or []:
-                        hg, hc = held.get(nid, (0.0, 0.0))
-                        held[nid] = (hg + g, hc + g * self.cfg.cpus_per_worker)
+                        for into in (held, kept) if guaranteed else (held,):
+                            hg, hc = into.get(nid, (0.0, 0.0))
+                            into[nid] = (hg + g, hc + g * self.cfg.cpus_per_worker)
             res = reserve(nodes, held, max(p.dp for p in todo), gpus_per_worker=self.cfg.profile_gpus,
-                          cpus_per_worker=PROFILE_CPUS_PER_WORKER, reserved=self.reservations.values())
+                          cpus_per_worker=PROFILE_CPUS_PER_WORKER, kept=kept,
+                          reserved=self.reservations.values())
             if res is None:
-                self._event(f"profiling {spec.name}: no node set can host its profile workers; "
-                            "they wait for free resources")
+                self._event(f"profiling {spec.name}: no capacity outside guaranteed jobs and other "
+                            "profiles can host its profile workers; they wait for free resources")
                 return None
             token = f"profile-{spec.name}-{uuid.uuid4().hex[:6]}"
             self.reservations[token] = res
