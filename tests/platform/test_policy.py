@@ -162,6 +162,20 @@ def test_small_gain_does_not_pay_for_a_restart() -> None:
     assert d2.allocations["A"].gpus == 4 and d2.changed == ("A",)
 
 
+def test_cpu_fallback_back_to_the_current_allocation_is_no_restart() -> None:
+    """The knapsack counts GPUs only; when CPUs make the chosen size unplaceable the job falls
+    back to fewer GPUs. Falling back to exactly what it runs is no change (it was reported as
+    a restart: a spurious stop and relaunch on the same GPUs)."""
+    nodes = (Node(node_id="a", gpus=2, cpus=0.0), Node(node_id="b", gpus=2, cpus=2.0))
+    opts = tuple(Option(gpus=n, plan=Plan(dp=n, micro_batch=8 // n), samples_per_s=100.0 * n, cpus_per_gpu=1.0)
+                 for n in (1, 2, 4))
+    cur = Allocation(gpus_by_node=(("b", 2),), plan=opts[1].plan)
+    a = JobView(job_id="A", arrival=0.0, options=opts, current=cur, restart_cost_s=0.0)
+    d = decide(Snapshot(nodes=nodes, jobs=(a,)))
+    assert d.allocations["A"] == cur
+    assert d.changed == ()
+
+
 def test_jobs_restarted_too_often_are_left_alone() -> None:
     nodes = (Node(node_id="a", gpus=4),)
     cur = Allocation(gpus_by_node=(("a", 4),), plan=Plan(dp=4, micro_batch=2))

@@ -374,15 +374,24 @@ def place(snapshot: Snapshot, choice: Mapping[str, int | None],
         assert idx is not None
         placed = None
         while idx is not None and placed is None:
-            placed = _place(j, j.options[idx], list(free.values()))
+            o, cur = j.options[idx], j.current
+            if (cur is not None and j.job_id in running_ids and idx == current_index(j) and cur.plan == o.plan
+                    and all(_fits(free[nid], o, g) for nid, g in cur.gpus_by_node)):
+                # the fallback came back to what the job runs: it keeps its GPUs, no restart
+                for nid, g in cur.gpus_by_node:
+                    _take(free[nid], o, g)
+                placed = cur.gpus_by_node
+                break
+            placed = _place(j, o, list(free.values()))
             if placed is None:  # CPUs or memory too scarce for this many GPUs: try fewer
                 floor = guarantee_index(j) or 0
                 idx = idx - 1 if idx > floor else None
         if placed is None or idx is None:
             reasons[j.job_id] = "waiting: no node has the CPUs/memory for its GPUs"
             continue
-        allocations[j.job_id] = Allocation(gpus_by_node=placed, plan=j.options[idx].plan)
-        if j.current is not None:
+        alloc = Allocation(gpus_by_node=placed, plan=j.options[idx].plan)
+        allocations[j.job_id] = alloc
+        if j.current is not None and alloc != j.current:
             changed.append(j.job_id)
     for j in jobs:
         if j.current is not None and j.job_id not in allocations:
