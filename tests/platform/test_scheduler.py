@@ -58,11 +58,21 @@ def test_two_jobs_reconfiguration_and_scheduler_restart(scheduler: Any) -> None:
     a = sdk.JobHandle(ray.get(scheduler.submit.remote(spec_a)), scheduler)
     _wait(lambda: a.status()["state"] == "RUNNING", "A to start")
     gpus_alone = a.status()["gpus"]
-    b = sdk.JobHandle(ray.get(scheduler.submit.remote(spec_b)), scheduler)
+    submitted = scheduler.submit.remote(spec_b)  # returns once B is profiled and planned
+
+    def profiling_b() -> list[dict[str, Any]]:
+        return [r for r in sdk.list_jobs() if r["state"] == "PROFILING" and r["name"] == spec_b.name]
+
+    _wait(lambda: bool(profiling_b()), "B's profiling to show in the status", 60)
+    assert profiling_b()[0]["nodes"], "B's profile workers were not reserved anywhere"
+    b = sdk.JobHandle(ray.get(submitted), scheduler)
     events = ray.get(scheduler.recent_events.remote())
-    # B's profiles ran in capacity reserved from A, not after A ended
+    # B's profiles ran in capacity reserved from A (A shrank for them), not after A ended
     assert a.status()["state"] != "SUCCEEDED", events
-    assert any(f"profiling {spec_b.name}: 2 plans, reserved" in e for e in events), events
+    assert a.status()["restarts"] >= 1, events
+    assert any(f"profile-{spec_b.name}-" in e and ": 2 plans, reserved 2 workers" in e
+               for e in events), events
+    assert not profiling_b()
     _wait(lambda: b.status()["state"] == "RUNNING", "B to start")
     events = ray.get(scheduler.recent_events.remote())
     assert a.status()["restarts"] >= 1, f"A was not reconfigured: alone on {gpus_alone} GPUs; {events}"

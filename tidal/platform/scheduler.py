@@ -32,6 +32,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import math
 import pickle
 import threading
 import time
@@ -56,6 +57,16 @@ LOG_LIMIT = 10_000  # entries kept of the actor's action and placement logs
 
 SCHEDULER_NAME = "tidal-scheduler"
 NAMESPACE = "tidal"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Profiling:
+    """A submission whose profiles are being measured (`submit` has not returned yet)."""
+
+    name: str
+    since: float
+    plans: int  # plans measured (the cached ones are not counted)
+    reservation: Reservation | None  # None: nothing could host the workers; they wait in Ray
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,7 +137,7 @@ class Scheduler:
         # in-memory logs of a long-lived actor: bounded (the store and the logger keep the rest)
         self.placement_checks: deque[dict[str, Any]] = deque(maxlen=LOG_LIMIT)
         self.cancel_requested: set[str] = set()
-        self.reservations: dict[str, Reservation] = {}  # capacity held for profiles in progress
+        self.profiling: dict[str, Profiling] = {}  # submissions being profiled, by key
         self.lock = threading.RLock()
         self.events: deque[str] = deque(maxlen=200)
         self.action_log: deque[ActionRecord] = deque(maxlen=LOG_LIMIT)
@@ -175,6 +186,15 @@ class Scheduler:
                 "step": (p or {}).get("step", r.step), "restarts": r.restarts, "error": r.error,
                 "checkpoint": r.checkpoint,
             })
+        if job_id is None:  # submissions still being profiled: not jobs yet, but visible
+            for key, prof in list(self.profiling.items()):
+                res = prof.reservation
+                out.append({
+                    "job_id": key, "name": prof.name, "state": "PROFILING", "plan": f"{prof.plans} plans",
+                    "gpus": math.ceil(len(res.workers) * res.gpus_per_worker - 1e-9) if res else 0,
+                    "nodes": sorted(set(res.workers)) if res else [], "predicted_sps": 0.0,
+                    "measured_sps": 0.0, "step": 0, "restarts": 0, "error": None, "checkpoint": None,
+                })
         return out
 
     def cancel(self, job_id: str) -> None:
@@ -258,17 +278,17 @@ class Scheduler:
             raise SpecError("JobSpec.min_gpus", f"needs {spec.min_gpus} GPUs, the cluster has {total}")
         plans = sample_plans(spec, min(top, 2), self.cfg.profile_samples, per_node)
         hardware = "cuda" if self.cfg.use_cuda else "cpu"
-        held = self._reserve_profile(spec, plans, hardware, nodes)
+        key, res = self._begin_profiling(spec, plans, hardware, nodes)
         try:
             records = profile(spec, plans, hardware=hardware, use_cuda=self.cfg.use_cuda,
                               steps=self.cfg.profile_steps, progress=False,
                               gpus_per_worker=self.cfg.profile_gpus,
-                              node_ids=held[1].workers if held else None)
+                              node_ids=res.workers if res else None)
         finally:
-            if held:
+            if key:
                 with self.lock:
-                    del self.reservations[held[0]]
-                self._event(f"profiling {spec.name} done: reservation {held[0]} released")
+                    del self.profiling[key]
+                self._event(f"{key} done" + (": reservation released" if res else ""))
                 self._wake.set()
         fitted = fit_job(spec, records, gpus_per_node=per_node)
         mem = self.cfg.gpu_mem_gib * 2**30
@@ -287,17 +307,18 @@ class Scheduler:
                                                               gpu_mem_bytes=mem)).samples_per_s
         return tuple(options), guarantee
 
-    def _reserve_profile(self, spec: JobSpec, plans: list[Plan], hardware: str,
-                         nodes: list[Node]) -> tuple[str, Reservation] | None:
-        """Reserve the workers of the profiles `profile` will measure (not the cached ones), so
-        that the policy makes room for them on a full cluster (`tidal.platform.reservations`).
-        Returns the reservation's key and itself; None when nothing is measured or nothing can
-        host it."""
+    def _begin_profiling(self, spec: JobSpec, plans: list[Plan], hardware: str,
+                         nodes: list[Node]) -> tuple[str | None, Reservation | None]:
+        """Register the profiles `profile` will measure (not the cached ones) under a key that
+        `status` lists, and reserve their workers, so that the policy makes room for them on a
+        full cluster (`tidal.platform.reservations`). (None, None) when everything is cached;
+        no reservation when nothing outside guaranteed jobs and other profiles can host them."""
         from tidal.planner.profiler import PROFILE_CPUS_PER_WORKER, uncached
 
         todo = uncached(spec, plans, hardware=hardware, steps=self.cfg.profile_steps)
         if not todo:
-            return None
+            return None, None
+        key = f"profile-{spec.name}-{uuid.uuid4().hex[:6]}"
         with self.lock:
             held: dict[str, tuple[float, float]] = {}
             kept: dict[str, tuple[float, float]] = {}  # guaranteed jobs' GPUs: never reserved
@@ -310,17 +331,17 @@ class Scheduler:
                             into[nid] = (hg + g, hc + g * self.cfg.cpus_per_worker)
             res = reserve(nodes, held, max(p.dp for p in todo), gpus_per_worker=self.cfg.profile_gpus,
                           cpus_per_worker=PROFILE_CPUS_PER_WORKER, kept=kept,
-                          reserved=self.reservations.values())
-            if res is None:
-                self._event(f"profiling {spec.name}: no capacity outside guaranteed jobs and other "
-                            "profiles can host its profile workers; they wait for free resources")
-                return None
-            token = f"profile-{spec.name}-{uuid.uuid4().hex[:6]}"
-            self.reservations[token] = res
-        self._event(f"profiling {spec.name}: {len(todo)} plans, reserved {len(res.workers)} workers "
-                    f"on {sorted(set(res.workers))}")
-        self._wake.set()  # the policy makes room now, not at the next tick
-        return token, res
+                          reserved=[p.reservation for p in self.profiling.values() if p.reservation])
+            self.profiling[key] = Profiling(name=spec.name, since=time.time(), plans=len(todo),
+                                            reservation=res)
+        if res is None:
+            self._event(f"{key}: {len(todo)} plans; no capacity outside guaranteed jobs and other "
+                        "profiles can host its workers: they wait for free resources")
+        else:
+            self._event(f"{key}: {len(todo)} plans, reserved {len(res.workers)} workers "
+                        f"on {sorted(set(res.workers))}")
+            self._wake.set()  # the policy makes room now, not at the next tick
+        return key, res
 
     def _check_options(self, spec: JobSpec,
                        options: tuple[Option, ...]) -> tuple[tuple[Option, ...], float | None]:
@@ -413,7 +434,7 @@ class Scheduler:
             everything = self.store.all()
             self.metrics.update(everything)
             recs = [r for r in everything if not r.state.terminal]
-            nodes = without(self._nodes(), self.reservations.values())
+            nodes = without(self._nodes(), [p.reservation for p in self.profiling.values() if p.reservation])
             if not recs or not nodes:
                 return
             phases = {r.job_id: Phase(r.state.value) for r in recs}
