@@ -167,8 +167,8 @@ def test_cpu_fallback_back_to_the_current_allocation_is_no_restart() -> None:
     back to fewer GPUs. Falling back to exactly what it runs is no change (it was reported as
     a restart: a spurious stop and relaunch on the same GPUs)."""
     nodes = (Node(node_id="a", gpus=2, cpus=0.0), Node(node_id="b", gpus=2, cpus=2.0))
-    opts = tuple(Option(gpus=n, plan=Plan(dp=n, micro_batch=8 // n), samples_per_s=100.0 * n, cpus_per_gpu=1.0)
-                 for n in (1, 2, 4))
+    opts = tuple(Option(gpus=n, plan=Plan(dp=n, micro_batch=8 // n), samples_per_s=100.0 * n,
+                        cpus_per_gpu=1.0) for n in (1, 2, 4))
     cur = Allocation(gpus_by_node=(("b", 2),), plan=opts[1].plan)
     a = JobView(job_id="A", arrival=0.0, options=opts, current=cur, restart_cost_s=0.0)
     d = decide(Snapshot(nodes=nodes, jobs=(a,)))
