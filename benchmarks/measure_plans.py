@@ -2,7 +2,9 @@
 
 Writes a CSV with the columns `perfmodel_accuracy.py --measurements` reads:
 model,params,zero_stage,offload,act_ckpt,micro_batch,seq,step_s,tokens_per_s,peak_alloc_gib,status
-followed by fwd_s,bwd_s,opt_s: the parts of the measured step, as the profiler times them.
+followed by fwd_s,bwd_s,opt_s: the parts of the measured step, as the profiler times them, and
+ckpt_ratio: the checkpointed ÷ plain activation bytes the profiler counts from the model
+(`tidal.planner.activations`; the same on every row of a model).
 
 On a GPU `peak_alloc_gib` is `torch.cuda.max_memory_allocated()` and `status` is `oom` when the
 engine ran out of memory. On a CPU there is no allocator peak and nothing runs out of memory:
@@ -41,7 +43,7 @@ from tidal.planner.profiler import profile
 
 COLUMNS = ["model", "params", "zero_stage", "offload", "act_ckpt", "micro_batch", "seq",
            "step_s", "tokens_per_s", "peak_alloc_gib", "status"]
-PARTS = ["fwd_s", "bwd_s", "opt_s"]  # optional: the measured step's forward, backward, optimizer
+PARTS = ["fwd_s", "bwd_s", "opt_s", "ckpt_ratio"]  # optional: the step's parts; the counted ratio
 CPU_TABLE = Path("benchmarks/data/tinygpt-cpu-measurements.csv")
 
 
@@ -150,7 +152,7 @@ def main() -> None:
                             f"{r.iter_s:.6f}" if ok else "",
                             f"{args.global_batch * args.seq / r.iter_s:.1f}" if ok else "",
                             f"{r.peak_bytes / 2**30:.6f}" if ok else "", status]
-                           + [f"{v:.6f}" if ok else "" for v in (r.fwd_s, r.bwd_s, r.opt_s)])
+                           + [f"{v:.6f}" if ok else "" for v in (r.fwd_s, r.bwd_s, r.opt_s, r.ckpt_ratio)])
                 f.flush()
                 n += 1
     ray.shutdown()

@@ -16,7 +16,11 @@ selection), predict every other row, and print `perfmodel_mape` (step time of ok
 `memory_mape` (peak memory of ok rows) and last `feasibility_accuracy` (predicted oom — peak
 above --device-mem-gib — against the status, over all rows).
 
-Memory fit: `tidal.planner.memory.fit_memory` (activation and constant terms, least squares).
+Memory fit: `tidal.planner.memory.fit_memory` (activation and constant terms, non-negative
+least squares); where the fit rows cannot separate checkpointed from plain activations they are
+tied at the ratio the profiler would count from the model (`tidal.planner.activations`, counted
+here on the CPU for the table's model names, one forward of one sample) when the peaks are the
+allocator's live bytes (a GPU table), at the textbook 2/L for a CPU table (`--peaks rss`).
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ class Row:
     peak: float  # bytes
     status: str
     parts: tuple[float, float, float] | None = None  # fwd_s, bwd_s, opt_s where the table has them
+    ckpt_ratio: float | None = None  # counted by the profiler, where the table has it
 
     def sample(self, use_parts: bool) -> Sample:
         fwd, bwd, opt = self.parts if use_parts and self.parts else (None, None, None)
@@ -72,6 +77,32 @@ def _layers(model: str, params: int) -> tuple[int, int]:
     return 12, params // 12
 
 
+def counted_ckpt_ratio(model: str, seq: int, precision: str) -> float | None:
+    """The checkpointing ratio the profiler would count (`tidal.planner.activations`), counted
+    here on the CPU for a model named in the table (a forward of one sample: seconds for the
+    GPT-2 shapes); None for a name this script cannot build."""
+    import torch
+
+    from tidal.jobs.models import GPTConfig, TinyGPT, lm_loss
+    from tidal.planner.activations import count_saved
+
+    if model in GPT2_SHAPES:
+        d, layers, heads = GPT2_SHAPES[model]
+        vocab = 50257
+    elif m := re.match(r"tinygpt-d(\d+)-l(\d+)", model):
+        from tidal.jobs.data import load_shakespeare
+
+        d, layers, heads, vocab = int(m.group(1)), int(m.group(2)), 4, load_shakespeare().vocab_size
+    else:
+        return None
+    torch.manual_seed(0)
+    net = TinyGPT(GPTConfig(vocab_size=vocab, seq_len=seq, d_model=d, n_layer=layers, n_head=heads))
+    net = net.to(torch.bfloat16 if precision == "bf16" else torch.float32).train()
+    x = torch.randint(0, vocab, (1, seq))
+    count = count_saved(net, lambda: lm_loss(net, (x, torch.roll(x, -1, 1))))
+    return count.ckpt_ratio if count is not None else None
+
+
 def read_rows(path: Path) -> list[Row]:
     out = []
     with path.open() as f:
@@ -87,19 +118,21 @@ def read_rows(path: Path) -> list[Row]:
             peak = float(r["peak_alloc_gib"]) * 2**30 if r["peak_alloc_gib"] else 0.0
             parts = tuple(float(r[c]) for c in ("fwd_s", "bwd_s", "opt_s")) if all(
                 r.get(c) for c in ("fwd_s", "bwd_s", "opt_s")) else None
+            ratio = float(r["ckpt_ratio"]) if r.get("ckpt_ratio") else None
             out.append(Row(r["model"], int(float(r["params"])), plan, seq, batch, step, peak, r["status"],
-                           parts))  # type: ignore[arg-type]
+                           parts, ratio))  # type: ignore[arg-type]
     return out
 
 
 def measurements(path: Path, fit_rows: int, precision: str, device_gib: float,
-                 use_parts: bool = True) -> tuple[float, float, float]:
+                 use_parts: bool = True, count_ckpt: bool = True) -> tuple[float, float, float]:
     rows = read_rows(path)
     hw = Hardware(cpu_threads_per_gpu=1)
     step_apes: list[float] = []
     mem_apes: list[float] = []
     correct = total = 0
-    print(f"{'model':<16}{'rows':>5}{'fit':>4}{'step MAPE':>11}{'mem MAPE':>10}{'feasible acc':>14}")
+    print(f"{'model':<16}{'rows':>5}{'fit':>4}{'step MAPE':>11}{'mem MAPE':>10}{'feasible acc':>14}"
+          f"{'ckpt ratio':>12}")
     for model in sorted({r.model for r in rows}):
         mine = [r for r in rows if r.model == model]
         ok = [r for r in mine if r.status == "ok"]
@@ -108,8 +141,15 @@ def measurements(path: Path, fit_rows: int, precision: str, device_gib: float,
         work = Workload(params=params, global_batch=batch, grad_bytes=2 if precision == "bf16" else 4)
         perf = fit([r.sample(use_parts) for r in chosen], work, hw)
         layers, largest = _layers(model, params)
+        # the ratio matters only where rows are predicted: none for a model whose rows all fit
+        counted = count_ckpt and len(ok) > fit_rows
+        in_table = sorted(r.ckpt_ratio for r in ok if r.ckpt_ratio)  # the profiler's, on the device
+        ratio = None
+        if counted:
+            ratio = in_table[len(in_table) // 2] if in_table else counted_ckpt_ratio(model, mine[0].seq,
+                                                                                     precision)
         stats = fit_memory([(r.plan, r.peak) for r in chosen], params=params, largest_layer_params=largest,
-                           n_layer=layers, precision=precision)  # type: ignore[arg-type]
+                           n_layer=layers, precision=precision, ckpt_ratio=ratio)  # type: ignore[arg-type]
         peaks = {id(r): estimate(r.plan, stats, gpus_per_node=1, nodes=1,
                                  precision=precision).gpu_peak for r in mine}  # type: ignore[arg-type]
         test = [r for r in ok if r not in chosen]
@@ -121,7 +161,7 @@ def measurements(path: Path, fit_rows: int, precision: str, device_gib: float,
         correct, total = correct + sum(hits), total + len(hits)
         pct = (lambda v: f"{100 * np.mean(v):.1f}%") if test else (lambda v: "-")  # all rows fitted
         print(f"{model:<16}{len(mine):>5}{len(chosen):>4}{pct(s_apes):>11}{pct(m_apes):>10}"
-              f"{100 * sum(hits) / len(hits):>13.1f}%")
+              f"{100 * sum(hits) / len(hits):>13.1f}%{'-' if ratio is None else f'{ratio:.3f}':>12}")
     return float(np.mean(step_apes)), float(np.mean(mem_apes)), correct / total
 
 
@@ -165,6 +205,12 @@ def main() -> None:
     ap.add_argument("--no-parts", action="store_true",
                     help="--measurements: fit on step times alone even where the table has the "
                          "profiler's fwd_s, bwd_s, opt_s columns")
+    ap.add_argument("--peaks", choices=["allocated", "rss"], default="allocated",
+                    help="--measurements: what the table's peak_alloc_gib is: the allocator's live bytes "
+                         "(torch.cuda.max_memory_allocated, the issue's column) or a CPU run's resident-set "
+                         "growth (measure_plans on the CPU). Live bytes tie checkpointed activations at "
+                         "the ratio counted from the model; the resident set, which does not follow live "
+                         "tensors, at the textbook 2/L, as the live planner does for CPU profiles")
     ap.add_argument("-v", "--verbose", action="store_true")
     ap.add_argument("--floor", action="store_true",
                     help="also fit every measured row of a model and print that in-sample error: how "
@@ -174,7 +220,8 @@ def main() -> None:
         print(f"perfmodel_mape: {rubick(args.rubick, args.fit_rows or 8, args.verbose, args.floor):.4f}")
     elif args.measurements:
         step, mem, feas = measurements(args.measurements, args.fit_rows or 3, args.precision,
-                                       args.device_mem_gib, use_parts=not args.no_parts)
+                                       args.device_mem_gib, use_parts=not args.no_parts,
+                                       count_ckpt=args.peaks == "allocated")
         print(f"perfmodel_mape: {step:.4f}")
         print(f"memory_mape: {mem:.4f}")
         print(f"feasibility_accuracy: {feas:.4f}")

@@ -119,3 +119,24 @@ def test_fit_memory_keeps_every_term_non_negative() -> None:
                for p in plans]
     got = fit_memory(samples, params=10**7, largest_layer_params=10**6, n_layer=6)
     assert got.const_bytes >= 0.0 and got.zero_const_bytes >= 0.0 and got.act_bytes_per_sample > 0
+
+
+def test_fit_memory_ties_checkpointing_at_the_counted_ratio() -> None:
+    """Three samples, four unknowns: with the ratio the profiler counted (0.45 here, a large
+    vocabulary's logits outside the blocks), the tied fit recovers the truth; the textbook 2/L
+    does not."""
+    from tidal.planner.memory import fit_memory
+
+    n_layer, ratio = 12, 0.45
+    truth = ModelStats(params=10**6, largest_layer_params=10**5, n_layer=n_layer, act_bytes_per_sample=4e6,
+                       ckpt_keep=ratio - 1 / n_layer, const_bytes=9e7, zero_const_bytes=5.5e7)
+    plans = [Plan(dp=1, zero_stage=s, micro_batch=mb, activation_checkpointing=ac)
+             for s, mb, ac in [(0, 4, False), (0, 32, True), (1, 16, True)]]
+    samples = [(p, estimate(p, truth, gpus_per_node=1, nodes=1).gpu_peak) for p in plans]
+    plain = Plan(dp=1, micro_batch=32)
+    want = estimate(plain, truth, gpus_per_node=1, nodes=1).gpu_peak
+    got = fit_memory(samples, params=10**6, largest_layer_params=10**5, n_layer=n_layer, ckpt_ratio=ratio)
+    assert got.ckpt_keep == pytest.approx(ratio - 1 / n_layer, rel=1e-6)
+    assert estimate(plain, got, gpus_per_node=1, nodes=1).gpu_peak == pytest.approx(want, rel=1e-6)
+    textbook = fit_memory(samples, params=10**6, largest_layer_params=10**5, n_layer=n_layer)
+    assert abs(estimate(plain, textbook, gpus_per_node=1, nodes=1).gpu_peak - want) > 0.01 * want

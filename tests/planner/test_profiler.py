@@ -28,6 +28,8 @@ def test_profile_fit_and_rank(ray_cluster: Any, tmp_path: Path) -> None:
         assert 0 < r.fwd_s < r.iter_s and r.bwd_s > 0 and r.opt_s > 0
         assert r.fwd_s + r.bwd_s + r.opt_s <= r.iter_s * 1.01
         assert r.peak_bytes > 0
+        assert 0 < r.ckpt_ratio < 1  # counted from the model's forward (checkpointing or not)
+    assert len({r.ckpt_ratio for r in records}) == 1  # a property of the model, not of the plan
     again = profile(spec, plans, cache=tmp_path, progress=False)  # served from the cache
     assert again == records
     fitted = fit_job(spec, records, gpus_per_node=2)

@@ -29,7 +29,8 @@ divided by the micro-batch), and scales with the micro-batch; activation checkpo
 only each block's input plus one block's full activations:
 
     act(mb) = mb · a                     without checkpointing
-    act(mb) = mb · a · (1/n_layer + c)   with checkpointing, c = `ckpt_keep` (fitted, ~1/n_layer)
+    act(mb) = mb · a · (1/n_layer + c)   with checkpointing, c = `ckpt_keep` (fitted, or from the
+                                         ratio counted in `tidal.planner.activations`)
 
 peak = model states + act(mb) + `const_bytes` (the fitted allocator/workspace constant)
        + `zero_const_bytes` under ZeRO stages 1-3 (fitted: the ZeRO optimizer's own buffers,
@@ -144,7 +145,7 @@ def infeasibility(plan: Plan, stats: ModelStats, *, gpu_bytes: float, host_bytes
 
 def fit_memory(samples: list[tuple[Plan, float]], *, params: int, largest_layer_params: int,
                n_layer: int, gpus_per_node: int = 1, nodes: int = 1,
-               precision: Precision = "bf16") -> ModelStats:
+               precision: Precision = "bf16", ckpt_ratio: float | None = None) -> ModelStats:
     """Fit the activation and constant terms to measured peaks (least squares).
 
         peak − model_states(plan) = const + z·[stage ≥ 1] + a·mb              no checkpointing
@@ -153,11 +154,13 @@ def fit_memory(samples: list[tuple[Plan, float]], *, params: int, largest_layer_
     solved for const, z, a, a_ckpt = a·(1/L + c), each only where the samples tell it apart
     from the others: z needs samples with and without ZeRO (else it stays 0 and const holds
     it). When the samples cannot separate a from a_ckpt (no sample of one kind, or too few
-    samples: the profiler's default is 3 for 4 unknowns), c = 1/L ties them (a_ckpt = 2a/L),
-    the textbook checkpoint that keeps one layer's activations. If every micro-batch is equal
-    the activation terms are 0 and the constants hold the whole peak. Every term is a size, so
-    the least squares are non-negative (`scipy.optimize.nnls`): with 3 GPU rows plain least
-    squares made the constant −0.38 GiB and the ZeRO constant +1.5 GiB to fit them exactly.
+    samples: the profiler's default is 3 for 4 unknowns), a_ckpt = a·`ckpt_ratio` ties them:
+    the ratio the profiler counted from the model's forward (`tidal.planner.activations`), or
+    without one the textbook 2/L (each block's input and one block's activations kept). If
+    every micro-batch is equal the activation terms are 0 and the constants hold the whole peak.
+    Every term is a size, so the least squares are non-negative (`scipy.optimize.nnls`): with 3
+    GPU rows plain least squares made the constant −0.38 GiB and the ZeRO constant +1.5 GiB to
+    fit them exactly.
     """
     import numpy as np
     from scipy.optimize import nnls
@@ -178,15 +181,16 @@ def fit_memory(samples: list[tuple[Plan, float]], *, params: int, largest_layer_
     use_z = bool(zero.any() and not zero.all())
     cols = [0, 2, 3, 1] if use_z else [0, 2, 3]
     tie = not x[:, 2].any() or not x[:, 3].any() or np.linalg.matrix_rank(x[:, cols]) < len(cols)
-    if tie:  # one activation unknown: a_ckpt = a·2/L (c = 1/L, one layer's worth kept)
-        x = np.column_stack([x[:, 0], x[:, 1], x[:, 2] + 2 * inv_l * x[:, 3]])
+    ratio = ckpt_ratio if ckpt_ratio is not None else 2 * inv_l
+    if tie:  # one activation unknown: a_ckpt = a·ratio
+        x = np.column_stack([x[:, 0], x[:, 1], x[:, 2] + ratio * x[:, 3]])
         cols = [0, 2, 1] if use_z else [0, 2]
     while len(cols) > 1 and np.linalg.matrix_rank(x[:, cols]) < len(cols):
         cols.pop()  # too few samples: z goes first, then the activations (equal micro-batches)
     coef = np.zeros(x.shape[1])
     coef[cols] = nnls(x[:, cols], y)[0]
     const, z, a = (float(v) for v in coef[:3])
-    a_ckpt = a * 2 * inv_l if tie else float(coef[3])
+    a_ckpt = a * ratio if tie else float(coef[3])
     keep = a_ckpt / a - inv_l if a > 0 else inv_l
     return ModelStats(params=params, largest_layer_params=largest_layer_params, n_layer=n_layer,
                       act_bytes_per_sample=max(a, 0.0), ckpt_keep=keep, const_bytes=const,

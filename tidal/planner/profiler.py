@@ -34,8 +34,8 @@ from typing import Any
 from tidal.jobs.data import StepSampler, cache_dir
 from tidal.jobs.spec import JobSpec, Plan
 
-PROFILE_FORMAT = 3  # bump when what a record means changes: old cache entries are not reused
-# (3: GPU parts timed with a device synchronize at every stamp)
+PROFILE_FORMAT = 4  # bump when what a record means changes: old cache entries are not reused
+# (3: GPU parts timed with a device synchronize at every stamp; 4: ckpt_ratio)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,6 +48,7 @@ class ProfileRecord:
     iter_s: float = 0.0
     peak_bytes: float = 0.0
     device: str = "cpu"
+    ckpt_ratio: float = 0.0  # checkpointed ÷ plain activations, counted (0: not counted)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -113,10 +114,34 @@ def measure(spec: JobSpec, plan: Plan, *, rank: int, steps: int, warmup: int,
     except torch.cuda.OutOfMemoryError:
         return ProfileRecord(plan=plan, status="oom", device="cuda")
     peak = float(torch.cuda.max_memory_allocated()) if use_cuda else _rss_bytes() - base
+    # after the peak is read: one more forward of one sample, counted (`activations`)
+    one = _to_device(default_collate([data[int(sampler.shard(0, rank, plan.dp)[0])]]), device)
+    ratio = _ckpt_ratio(spec, engine, one)
     # the parts of the median step (medians of each part would not add up to a step)
     fwd, bwd, opt, it = sorted(parts, key=lambda p: p[3])[len(parts) // 2]
     return ProfileRecord(plan=plan, status="ok", fwd_s=fwd, bwd_s=bwd, opt_s=opt, iter_s=it,
-                         peak_bytes=peak, device="cuda" if use_cuda else "cpu")
+                         peak_bytes=peak, device="cuda" if use_cuda else "cpu", ckpt_ratio=ratio)
+
+
+def _ckpt_ratio(spec: JobSpec, engine: Any, one: Any) -> float:
+    """`activations.count_saved` on the engine's model for one sample, with checkpointing off
+    for that forward (and restored after); 0.0 if it cannot be counted. Every rank calls it
+    (under ZeRO-3 the forward gathers parameters from all of them)."""
+    from tidal.planner.activations import count_saved
+
+    model = engine.module
+    toggle = getattr(model, "set_activation_checkpointing", None)
+    was = bool(getattr(model, "activation_checkpointing", False))
+    try:
+        if toggle is not None:
+            toggle(False)
+        count = count_saved(model, lambda: spec.loss(engine, one))
+    except Exception:  # the count is a refinement: a model it cannot follow keeps the textbook tie
+        return 0.0
+    finally:
+        if toggle is not None:
+            toggle(was)
+    return count.ckpt_ratio if count is not None else 0.0
 
 
 def _single(spec: JobSpec, plan: Plan, steps: int, warmup: int, use_cuda: bool) -> dict[str, Any]:
