@@ -60,7 +60,7 @@ def fit_job(spec: JobSpec, records: list[ProfileRecord], *, gpus_per_node: int,
     perf = fit(samples, work, hw)
     # The counted checkpointing ratio describes live tensor bytes, what a GPU's allocator peak
     # measures; a CPU profile's peak is resident-set growth, which does not follow them (on the
-    # CPU table checkpointing saves 17% of it where the count says 71%): textbook tie there.
+    # CPU table checkpointing saves 17% of it where the count says 66%): textbook tie there.
     ratios = sorted(r.ckpt_ratio for r in ok if r.ckpt_ratio > 0 and r.device == "cuda")
     mem = fit_memory([(r.plan, r.peak_bytes) for r in ok], params=psi, largest_layer_params=largest,
                      n_layer=layers, gpus_per_node=gpus_per_node, precision=spec.precision,
