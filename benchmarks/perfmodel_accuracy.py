@@ -4,7 +4,9 @@
 8) chosen by `tidal.planner.selection` from that model's profile and placement rows, predict
 the iteration time of every other measured row, print a per-model table and, last,
 `perfmodel_mape: X` (mean over models of the mean absolute percentage error). --floor adds
-each model's in-sample error when fitted on all of its rows.
+each model's in-sample error when fitted on all of its rows. --orders N refits with each
+model's rows in N other seeded orders (the selection breaks ties by row order) and prints the
+spread before the final line.
 
 --measurements FILE.csv: single-GPU rows with the columns
 model,params,zero_stage,offload,act_ckpt,micro_batch,seq,step_s,tokens_per_s,peak_alloc_gib,status
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import random
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +40,7 @@ from tidal.jobs import Plan
 from tidal.jobs.reference import GPT2_SHAPES
 from tidal.planner import traces
 from tidal.planner.memory import estimate, fit_memory
-from tidal.planner.perfmodel import Hardware, PlanPoint, Sample, Workload, fit
+from tidal.planner.perfmodel import Fit, Hardware, PlanPoint, Sample, Workload, fit
 from tidal.planner.selection import family, select
 
 
@@ -165,33 +168,67 @@ def measurements(path: Path, fit_rows: int, precision: str, device_gib: float,
     return float(np.mean(step_apes)), float(np.mean(mem_apes)), correct / total
 
 
-def rubick(root: Path, fit_rows: int, verbose: bool, floor: bool) -> float:
+@dataclass(frozen=True)
+class RubickFit:
+    chosen: list[traces.TraceRow]
+    test: list[traces.TraceRow]
+    fit: Fit
+    predicted: list[float]  # iteration time of each test row
+    apes: list[float]
+
+
+def rubick_model(root: Path, model: str, fit_rows: int, order: random.Random | None = None) -> RubickFit:
+    """Select at most `fit_rows` of the model's profile and placement rows, fit, predict the rest.
+    `order` shuffles the candidates first (profile rows still first, each group shuffled)."""
     hw = Hardware()
+    work = traces.workload(root, model)
+    measured = traces.placements(root, model)
+    prof, meas = traces.profile_rows(root, model), list(measured)
+    if order is not None:
+        order.shuffle(prof)
+        order.shuffle(meas)
+    chosen = select(prof + meas, lambda r: r.sample.point, fit_rows)
+    keys = {(r.exec_plan, r.placement) for r in chosen}
+    model_fit = fit([r.sample for r in chosen], work, hw)
+    test = [r for r in measured if (r.exec_plan, r.placement) not in keys]
+    predicted = [model_fit.predict(work, r.sample.point, hw).iter for r in test]
+    apes = [abs(p - r.sample.iter_s) / r.sample.iter_s for p, r in zip(predicted, test, strict=True)]
+    return RubickFit(chosen=chosen, test=test, fit=model_fit, predicted=predicted, apes=apes)
+
+
+def rubick_orders(root: Path, fit_rows: int, orders: int) -> list[float]:
+    """perfmodel_mape with each model's candidate rows in `orders` other seeded orders. The
+    selection's ties go to the earlier row, so this measures how much the figure owes to the
+    files' row order."""
+    out = []
+    for seed in range(1, orders + 1):
+        rng = random.Random(seed)
+        per_model = [np.mean(rubick_model(root, m, fit_rows, rng).apes) for m in traces.MODELS]
+        out.append(float(np.mean(per_model)))
+        print(f"  order {seed}: {out[-1]:.4f}", flush=True)
+    return out
+
+
+def rubick(root: Path, fit_rows: int, verbose: bool, floor: bool) -> float:
     print(f"{'model':<9}{'fit':>4}{'pred':>6}{'fit err':>9}{'MAPE':>8}{'max APE':>9}"
           + (f"{'all rows':>9}" if floor else "") + "  families")
     mapes = []
     for model in traces.MODELS:
-        work = traces.workload(root, model)
-        measured = traces.placements(root, model)
-        pool = traces.profile_rows(root, model) + measured
-        chosen = select(pool, lambda r: r.sample.point, fit_rows)
-        chosen_keys = {(r.exec_plan, r.placement) for r in chosen}
-        model_fit = fit([r.sample for r in chosen], work, hw)
-        test = [r for r in measured if (r.exec_plan, r.placement) not in chosen_keys]
-        apes = []
-        for r in test:
-            pred = model_fit.predict(work, r.sample.point, hw).iter
-            apes.append(abs(pred - r.sample.iter_s) / r.sample.iter_s)
-            if verbose:
-                print(f"    {r.exec_plan:>13} {r.placement:>9}  measured {r.sample.iter_s:8.3f}  "
-                      f"predicted {pred:8.3f}  {100 * apes[-1]:5.1f}%")
-        mape = float(np.mean(apes))
+        r = rubick_model(root, model, fit_rows)
+        if verbose:
+            for row, pred, ape in zip(r.test, r.predicted, r.apes, strict=True):
+                print(f"    {row.exec_plan:>13} {row.placement:>9}  measured {row.sample.iter_s:8.3f}  "
+                      f"predicted {pred:8.3f}  {100 * ape:5.1f}%")
+        mape = float(np.mean(r.apes))
         mapes.append(mape)
-        fams = sorted({family(r.sample.point) for r in chosen})
+        fams = sorted({family(c.sample.point) for c in r.chosen})
         # the model form's reach: its in-sample error when fitted on every measured row
-        low = f"{100 * fit([r.sample for r in measured], work, hw, restarts=4).mape:>8.1f}%" if floor else ""
-        print(f"{model:<9}{len(chosen):>4}{len(test):>6}{100 * model_fit.mape:>8.1f}%{100 * mape:>7.1f}%"
-              f"{100 * max(apes):>8.1f}%{low}  {','.join(fams)}")
+        measured = traces.placements(root, model)
+        work = traces.workload(root, model)
+        low = (f"{100 * fit([m.sample for m in measured], work, Hardware(), restarts=4).mape:>8.1f}%"
+               if floor else "")
+        print(f"{model:<9}{len(r.chosen):>4}{len(r.test):>6}{100 * r.fit.mape:>8.1f}%{100 * mape:>7.1f}%"
+              f"{100 * max(r.apes):>8.1f}%{low}  {','.join(fams)}")
     return float(np.mean(mapes))
 
 
@@ -211,13 +248,22 @@ def main() -> None:
                          "growth (measure_plans on the CPU). Live bytes tie checkpointed activations at "
                          "the ratio counted from the model; the resident set, which does not follow live "
                          "tensors, at the textbook 2/L, as the live planner does for CPU profiles")
+    ap.add_argument("--orders", type=int, default=0,
+                    help="--rubick: also refit with each model's rows in N other seeded orders (profile rows "
+                         "first, each group shuffled; the selection breaks ties by order) and print the "
+                         "spread of perfmodel_mape before the final line (~20 s per order)")
     ap.add_argument("-v", "--verbose", action="store_true")
     ap.add_argument("--floor", action="store_true",
                     help="also fit every measured row of a model and print that in-sample error: how "
                          "well the model form can describe the table at all (about a minute)")
     args = ap.parse_args()
     if args.rubick:
-        print(f"perfmodel_mape: {rubick(args.rubick, args.fit_rows or 8, args.verbose, args.floor):.4f}")
+        mape = rubick(args.rubick, args.fit_rows or 8, args.verbose, args.floor)
+        if args.orders:
+            spread = rubick_orders(args.rubick, args.fit_rows or 8, args.orders)
+            print(f"in {args.orders} other row orders: median {np.median(spread):.4f}, "
+                  f"min {min(spread):.4f}, max {max(spread):.4f} (the files' order: {mape:.4f})")
+        print(f"perfmodel_mape: {mape:.4f}")
     elif args.measurements:
         step, mem, feas = measurements(args.measurements, args.fit_rows or 3, args.precision,
                                        args.device_mem_gib, use_parts=not args.no_parts,
