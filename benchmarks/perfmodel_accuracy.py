@@ -170,6 +170,8 @@ def measurements(path: Path, fit_rows: int, precision: str, device_gib: float,
 
 @dataclass(frozen=True)
 class RubickFit:
+    work: Workload
+    measured: list[traces.TraceRow]  # the placements table: the fit's candidates and the test rows
     chosen: list[traces.TraceRow]
     test: list[traces.TraceRow]
     fit: Fit
@@ -193,7 +195,8 @@ def rubick_model(root: Path, model: str, fit_rows: int, order: random.Random | N
     test = [r for r in measured if (r.exec_plan, r.placement) not in keys]
     predicted = [model_fit.predict(work, r.sample.point, hw).iter for r in test]
     apes = [abs(p - r.sample.iter_s) / r.sample.iter_s for p, r in zip(predicted, test, strict=True)]
-    return RubickFit(chosen=chosen, test=test, fit=model_fit, predicted=predicted, apes=apes)
+    return RubickFit(work=work, measured=measured, chosen=chosen, test=test, fit=model_fit,
+                     predicted=predicted, apes=apes)
 
 
 def rubick_orders(root: Path, fit_rows: int, orders: int) -> list[float]:
@@ -223,9 +226,7 @@ def rubick(root: Path, fit_rows: int, verbose: bool, floor: bool) -> float:
         mapes.append(mape)
         fams = sorted({family(c.sample.point) for c in r.chosen})
         # the model form's reach: its in-sample error when fitted on every measured row
-        measured = traces.placements(root, model)
-        work = traces.workload(root, model)
-        low = (f"{100 * fit([m.sample for m in measured], work, Hardware(), restarts=4).mape:>8.1f}%"
+        low = (f"{100 * fit([m.sample for m in r.measured], r.work, Hardware(), restarts=4).mape:>8.1f}%"
                if floor else "")
         print(f"{model:<9}{len(r.chosen):>4}{len(r.test):>6}{100 * r.fit.mape:>8.1f}%{100 * mape:>7.1f}%"
               f"{100 * max(r.apes):>8.1f}%{low}  {','.join(fams)}")

@@ -216,22 +216,26 @@ def profile_plan(spec: JobSpec, plan: Plan, *, gpus_per_worker: float = 1.0, ste
         return ProfileRecord.from_json(json.loads(Path(d, "record.json").read_text()))
 
 
-def _cache_key(spec: JobSpec, plan: Plan, hardware: str, steps: int) -> str:
+def _cache_paths(spec: JobSpec, plans: list[Plan], hardware: str, steps: int,
+                 cache: Path | None) -> list[Path]:
+    """Each plan's cache file: a hash of (format, job, model class and shapes, global batch,
+    precision, plan, hardware, steps). The model is built once for all of them."""
     model = spec.model()
     shapes = [tuple(p.shape) for p in model.parameters()]
-    raw = json.dumps([PROFILE_FORMAT, spec.name, type(model).__name__, shapes, spec.global_batch,
-                      spec.precision, plan.to_dict(), hardware, steps], sort_keys=True, default=str)
-    return hashlib.sha256(raw.encode()).hexdigest()[:24]
-
-
-def _cache_path(spec: JobSpec, plan: Plan, hardware: str, steps: int, cache: Path | None) -> Path:
-    return (cache or cache_dir()) / "profiles" / f"{_cache_key(spec, plan, hardware, steps)}.json"
+    root = (cache or cache_dir()) / "profiles"
+    out = []
+    for plan in plans:
+        raw = json.dumps([PROFILE_FORMAT, spec.name, type(model).__name__, shapes, spec.global_batch,
+                          spec.precision, plan.to_dict(), hardware, steps], sort_keys=True, default=str)
+        out.append(root / f"{hashlib.sha256(raw.encode()).hexdigest()[:24]}.json")
+    return out
 
 
 def uncached(spec: JobSpec, plans: list[Plan], *, hardware: str = "cpu", steps: int = 3,
              cache: Path | None = None) -> list[Plan]:
     """The plans `profile` would have to measure (the others are in the cache)."""
-    return [p for p in plans if not _cache_path(spec, p, hardware, steps, cache).exists()]
+    paths = _cache_paths(spec, plans, hardware, steps, cache)
+    return [p for p, path in zip(plans, paths, strict=True) if not path.exists()]
 
 
 def profile(spec: JobSpec, plans: list[Plan], *, hardware: str = "cpu", steps: int = 3,
@@ -240,10 +244,11 @@ def profile(spec: JobSpec, plans: list[Plan], *, hardware: str = "cpu", steps: i
             node_ids: tuple[str, ...] | None = None) -> list[ProfileRecord]:
     """Profile each plan (cached on disk per job, model, plan and hardware); `node_ids` pins
     the workers of the measured ones (worker i of a plan to node_ids[i])."""
+    paths = _cache_paths(spec, plans, hardware, steps, cache)
+    if paths:
+        paths[0].parent.mkdir(parents=True, exist_ok=True)
     out = []
-    for i, plan in enumerate(plans, 1):
-        path = _cache_path(spec, plan, hardware, steps, cache)
-        path.parent.mkdir(parents=True, exist_ok=True)
+    for i, (plan, path) in enumerate(zip(plans, paths, strict=True), 1):
         if path.exists():
             rec = ProfileRecord.from_json(json.loads(path.read_text()))
             how = "cached"

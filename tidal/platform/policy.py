@@ -353,19 +353,25 @@ def place(snapshot: Snapshot, choice: Mapping[str, int | None],
     allocations: dict[str, Allocation] = {}
     changed: list[str] = []
     pending: list[JobView] = []
+
+    def keep_current(j: JobView, idx: int) -> bool:
+        """If option `idx` is what the running job runs and its GPUs are still free, it keeps
+        them (taken from `free`): no restart."""
+        o, cur = j.options[idx], j.current
+        if (cur is None or j.job_id not in running_ids or idx != current_index(j) or cur.plan != o.plan
+                or not all(_fits(free[nid], o, g) for nid, g in cur.gpus_by_node)):
+            return False
+        for nid, g in cur.gpus_by_node:
+            _take(free[nid], o, g)
+        return True
+
     for j in jobs:
         i = new_choice[j.job_id]
         if i is None:
             continue
-        o = j.options[i]
-        cur = j.current
-        unchanged = cur is not None and j.job_id in running_ids and i == current_index(j)
-        if cur is not None and unchanged and cur.plan == o.plan and all(
-            _fits(free[nid], o, g) for nid, g in cur.gpus_by_node
-        ):
-            for nid, g in cur.gpus_by_node:
-                _take(free[nid], o, g)
-            allocations[j.job_id] = cur
+        if keep_current(j, i):
+            assert j.current is not None
+            allocations[j.job_id] = j.current
         else:
             pending.append(j)
     pending.sort(key=lambda j: (j.guarantee is None, -j.options[new_choice[j.job_id] or 0].gpus, j.arrival))
@@ -374,15 +380,11 @@ def place(snapshot: Snapshot, choice: Mapping[str, int | None],
         assert idx is not None
         placed = None
         while idx is not None and placed is None:
-            o, cur = j.options[idx], j.current
-            if (cur is not None and j.job_id in running_ids and idx == current_index(j) and cur.plan == o.plan
-                    and all(_fits(free[nid], o, g) for nid, g in cur.gpus_by_node)):
-                # the fallback came back to what the job runs: it keeps its GPUs, no restart
-                for nid, g in cur.gpus_by_node:
-                    _take(free[nid], o, g)
-                placed = cur.gpus_by_node
+            if keep_current(j, idx):  # the fallback came back to what the job runs
+                assert j.current is not None
+                placed = j.current.gpus_by_node
                 break
-            placed = _place(j, o, list(free.values()))
+            placed = _place(j, j.options[idx], list(free.values()))
             if placed is None:  # CPUs or memory too scarce for this many GPUs: try fewer
                 floor = guarantee_index(j) or 0
                 idx = idx - 1 if idx > floor else None

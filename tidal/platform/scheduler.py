@@ -64,7 +64,6 @@ class Profiling:
     """A submission whose profiles are being measured (`submit` has not returned yet)."""
 
     name: str
-    since: float
     plans: int  # plans measured (the cached ones are not counted)
     reservation: Reservation | None  # None: nothing could host the workers; they wait in Ray
 
@@ -332,8 +331,7 @@ class Scheduler:
             res = reserve(nodes, held, max(p.dp for p in todo), gpus_per_worker=self.cfg.profile_gpus,
                           cpus_per_worker=PROFILE_CPUS_PER_WORKER, kept=kept,
                           reserved=[p.reservation for p in self.profiling.values() if p.reservation])
-            self.profiling[key] = Profiling(name=spec.name, since=time.time(), plans=len(todo),
-                                            reservation=res)
+            self.profiling[key] = Profiling(name=spec.name, plans=len(todo), reservation=res)
         if res is None:
             self._event(f"{key}: {len(todo)} plans; no capacity outside guaranteed jobs and other "
                         "profiles can host its workers: they wait for free resources")
