@@ -68,6 +68,26 @@ def test_3d_data_parallel_groups_drive_only_their_rails() -> None:
     assert not crosses_network(PlanPoint(gpus_per_node=(8,), dp=8))
 
 
+def test_uneven_placements_slow_the_inside_node_phase() -> None:
+    """η_odd slows the inside-node ring of placements with unequal GPU counts, one odd (Rubick
+    vit: 17 and 233 far slower than 26 and 224); one GPU per node has no inside-node phase."""
+    assert PlanPoint(gpus_per_node=(1, 7), dp=8).odd and PlanPoint(gpus_per_node=(2, 3, 3), dp=8).odd
+    assert not PlanPoint(gpus_per_node=(1,) * 8, dp=8).odd  # equal counts
+    assert not PlanPoint(gpus_per_node=(2, 2, 4), dp=8).odd  # unequal but all even
+    assert not PlanPoint(gpus_per_node=(3,), dp=3).odd  # one node
+    slow = Theta(**{**TRUE.__dict__, "eta_odd": 0.1})
+
+    def extra(shape: tuple[int, ...]) -> float:
+        p = PlanPoint(gpus_per_node=shape, dp=sum(shape))
+        return predict(slow, WORK, p, HW).iter - predict(TRUE, WORK, p, HW).iter
+
+    assert extra((1, 7)) > extra((2, 3, 3)) > 0  # grows with the largest node's (G−1)/G
+    assert extra((1,) * 8) == extra((2, 2, 4)) == extra((8,)) == 0.0
+    assert "eta_odd" not in informed([Sample(point=PlanPoint(gpus_per_node=(2, 2, 4), dp=8), iter_s=1.0)])
+    assert "eta_odd" in informed([Sample(point=PlanPoint(gpus_per_node=(1, 7), dp=8), iter_s=1.0)])
+
+
+
 def test_fit_recovers_predictions_from_eight_samples() -> None:
     pts = _points()
     chosen = select(pts, lambda p: p, 8)

@@ -5,10 +5,18 @@ samples per data-parallel rank, s bytes per gradient element, t CPU threads per 
 offloaded optimizer, W_intra / W_inter / W_pcie bandwidths (bytes/s) of NVLink inside a node,
 the network between nodes and host↔GPU, scaled by fitted efficiencies (η for NVLink and PCIe,
 η_x between nodes, where measured jobs often get far less than the nominal rate, and η_odd
-more when a node contributes an odd number of GPUs — in the Rubick tables such placements
-are up to 8× slower across nodes, e.g. vit 224: 0.083 s vs 233: 0.299 s). W is W_intra
-when the group spans one node, else W_inter. softmax_γ(x, y) = (x^γ + y^γ)^(1/γ) is Rubick's
-overlap of communication with backward compute.
+for the inside-node phase of an *uneven* placement: nodes with unequal GPU counts, one of them
+odd). W is W_intra when the group spans one node, else W_inter. softmax_γ(x, y) =
+(x^γ + y^γ)^(1/γ) is Rubick's overlap of communication with backward compute.
+
+Why η_odd sits on the inside-node phase: in the Rubick vit table, DDP on uneven placements is
+2–6× slower than on even ones of the same size (ga: 224 0.083 s, 233 0.299 s, 17 0.424 s),
+while one GPU per node, with no inside-node phase, is slowed by the network alone (11111111
+0.226 s, as in bert's and roberta's tables); the excess over the even placement grows with
+the largest node's (G−1)/G (≈0.19 s at G = 2 — 111122, 1111112 — to 0.35 s at G = 7 — 17),
+the inside-node ring's share, and not with (k−1)/k. Other models' tables show no such
+slowdown (bert 35: 0.218 s, 44: 0.210 s), so η_odd is fitted only when the samples include an
+uneven placement (`informed`) and is 1 otherwise.
 
 Data-parallel plans (tp = pp = 1), ZeRO stage z:
 
@@ -19,8 +27,10 @@ Data-parallel plans (tp = pp = 1), ZeRO stage z:
     V_bwd  = 2 s Ψ                            z ≤ 1: one all-reduce at the accumulation boundary
            = s Ψ · g                          z = 2: a reduce-scatter every micro-batch
            = 3 s Ψ · g                        z = 3: + parameter all-gathers in forward and backward
-    τ      = (G−1)/G / W_intra + (k−1)/k / W_inter    seconds per byte of a hierarchical ring
-                                              collective: G = most GPUs on a node, k = nodes
+    τ      = (G−1)/G / (W_intra · η_odd) + (k−1)/k / W_inter    seconds per byte of a
+                                              hierarchical ring collective: G = most GPUs on
+                                              a node, k = nodes; η_odd only on an uneven
+                                              placement
     T_sync = softmax_γ(V_bwd · τ, T_bwd)
     T_ag   = s Ψ · τ                          ZeRO 1-2: all-gather of the updated weights
     T_opt  = k_opt Ψ / (n if z ≥ 1 else 1) + T_ag
@@ -108,8 +118,9 @@ class PlanPoint:
 
     @property
     def odd(self) -> bool:
-        """A multi-node placement with a node holding an odd number of GPUs."""
-        return self.nodes > 1 and any(g % 2 for g in self.gpus_per_node)
+        """A multi-node placement whose nodes hold unequal GPU counts, one of them odd."""
+        counts = [g for g in self.gpus_per_node if g > 0]
+        return len(set(counts)) > 1 and any(g % 2 for g in counts)
 
     @property
     def dp_group(self) -> tuple[int, int]:
@@ -135,7 +146,7 @@ class Theta:
     k_const: float = 1e-3
     eta: float = 0.5
     eta_x: float = 0.2
-    eta_odd: float = 0.5  # extra cross-node efficiency factor when a node holds an odd GPU count
+    eta_odd: float = 1.0  # inside-node efficiency factor of an uneven placement (`PlanPoint.odd`)
     k_mp: float = 1.2
     k_tp: float = 1.0
     k_pp: float = 1e-3
@@ -164,10 +175,10 @@ class Breakdown:
     iter: float
 
 
-def _bw(hw: Hardware, theta: Theta, nodes: int, odd: bool = False) -> float:
+def _bw(hw: Hardware, theta: Theta, nodes: int) -> float:
     if nodes <= 1:
         return hw.intra_bw * theta.eta
-    return hw.inter_bw * theta.eta_x * (theta.eta_odd if odd else 1.0)
+    return hw.inter_bw * theta.eta_x
 
 
 def _rail_share(hw: Hardware, g: int) -> float:
@@ -179,7 +190,9 @@ def _group_time_per_byte(hw: Hardware, theta: Theta, g: int, k: int, odd: bool =
                          rails: bool = False) -> float:
     """Seconds per byte of a hierarchical ring collective, g members per node on k nodes:
 
-        (g−1)/g / W_intra + (k−1)/k / W_inter                     node-level link
+        (g−1)/g / (W_intra · η_odd) + (k−1)/k / W_inter           node-level link (η_odd
+                                                                 only when `odd`: an uneven
+                                                                 placement)
         (g−1)/g / W_intra + (k−1)/k / (W_inter · min(g, R)/R)     rails: R NICs per node, one
                                                                  per GPU; a group drives only
                                                                  its own members' NICs
@@ -188,9 +201,9 @@ def _group_time_per_byte(hw: Hardware, theta: Theta, g: int, k: int, odd: bool =
     the data-parallel tables show no such dependence (bert: 1111 and 2222 both add ~0.105 s
     over one node), so plain data parallelism keeps the node-level link.
     """
-    t = (g - 1) / g / _bw(hw, theta, 1) if g > 1 else 0.0
+    t = (g - 1) / g / (_bw(hw, theta, 1) * (theta.eta_odd if odd else 1.0)) if g > 1 else 0.0
     if k > 1:
-        t += (k - 1) / k / (_bw(hw, theta, k, odd) * (_rail_share(hw, g) if rails else 1.0))
+        t += (k - 1) / k / (_bw(hw, theta, k) * (_rail_share(hw, g) if rails else 1.0))
     return t
 
 
@@ -364,7 +377,7 @@ def _starts(samples: Sequence[Sample], work: Workload, k: int) -> list[np.ndarra
         k_opt=float(np.median([(s.opt_s or s.iter_s / 10) / work.params for s in ref])),
         k_cpu=float(np.median([(s.opt_s or s.iter_s / 3) * 4 / work.params for s in ref])),
         k_off=min(s.iter_s for s in samples) / 20, k_const=min(s.iter_s for s in samples) / 50,
-        eta=0.5, eta_x=0.2, eta_odd=0.5, k_mp=1.2, k_tp=1.0, k_pp=per_sample / 50,
+        eta=0.5, eta_x=0.2, eta_odd=1.0, k_mp=1.2, k_tp=1.0, k_pp=per_sample / 50,
     )
     x = np.array([math.log(max(getattr(base, n), 1e-15)) for n in _NAMES])
     rng = np.random.default_rng(0)  # fixed: the fit is deterministic
