@@ -123,6 +123,21 @@ def test_selection_covers_every_family_first() -> None:
     assert len({p.n for p in chosen}) >= 3  # and spreads the sizes
 
 
+def test_selection_covers_terms_when_families_outnumber_picks() -> None:
+    """Three picks among the twelve single-GPU families: each pick covers as many of the
+    model's terms as it can, so the fit frees the CPU optimizer, ZeRO-3 and k_bwd constants
+    (family by family, three picks would leave most of them at their rough start values)."""
+    pts = [PlanPoint(gpus_per_node=(1,), dp=1, zero_stage=z, offload=o, act_ckpt=a, grad_accum=g,
+                     cpu_threads=1)
+           for z in (0, 1, 2, 3) for o in (False, True) if not o or z >= 2
+           for a in (False, True) for g in (1, 8)]
+    assert len({family(p) for p in pts}) == 12
+    chosen = select(pts, lambda p: p, 3)
+    assert any(p.offload for p in chosen) and any(p.zero_stage == 3 for p in chosen)
+    assert {p.act_ckpt for p in chosen} == {False, True}
+    assert {"k_cpu", "k_z3", "k_bwd"} <= set(informed([Sample(point=p, iter_s=1.0) for p in chosen]))
+
+
 def test_rubick_tables_decode() -> None:
     assert RUBICK.exists(), f"{RUBICK}: the shared traces lie beside the checkout"
     rows = traces.placements(RUBICK, "gpt2")
