@@ -87,7 +87,6 @@ def test_uneven_placements_slow_the_inside_node_phase() -> None:
     assert "eta_odd" in informed([Sample(point=PlanPoint(gpus_per_node=(1, 7), dp=8), iter_s=1.0)])
 
 
-
 def test_fit_recovers_predictions_from_eight_samples() -> None:
     pts = _points()
     chosen = select(pts, lambda p: p, 8)

@@ -74,8 +74,7 @@ def select(candidates: Sequence[T], point: Callable[[T], PlanPoint], k: int = 8)
                "pp": 5, "dp3d": 3, "n": 1}
     remaining = list(candidates)
     sizes: list[tuple[int, int]] = []
-    # Fewer picks than families: cover the model's terms rather than whole families, so that
-    # one row (ZeRO-3 + offload + checkpointing) informs three constants
+    # fewer picks than families: cover the model's terms too (module docstring)
     by_term = len({family(point(c)) for c in candidates}) > k
 
     def gain(c: T) -> tuple[int, float, int, int]:
