@@ -11,7 +11,7 @@ from tests.conftest import tiny_gpt_spec
 from tidal.jobs import Plan
 from tidal.planner.fitting import fit_job, sample_plans
 from tidal.planner.planner import packed, rank_plans
-from tidal.planner.profiler import profile
+from tidal.planner.profiler import profile, unschedulable
 
 pytestmark = pytest.mark.integration
 
@@ -46,3 +46,12 @@ def test_sample_plans_cover_families_within_budget() -> None:
     # 12 families (stage × offload × checkpointing) exceed the budget: six distinct ones
     assert len({(p.zero_stage, p.offload_optimizer, p.activation_checkpointing) for p in plans}) == 6
     assert {p.dp for p in plans} == {1, 2}
+
+
+def test_a_profile_the_cluster_can_never_hold_is_named_before_it_waits() -> None:
+    plans = [Plan(dp=1, micro_batch=16), Plan(dp=4, micro_batch=4)]
+    why = unschedulable(plans, {"CPU": 2.0, "GPU": 4.0})
+    assert why is not None and why.startswith("profiling a 4-worker plan needs 4 CPUs (has 2):")
+    assert unschedulable(plans, {"CPU": 4.0, "GPU": 4.0}) is None
+    assert "2 GPUs (has 1)" in str(unschedulable(plans, {"CPU": 8.0, "GPU": 1.0}, gpus_per_worker=0.5))
+    assert unschedulable(plans, {"CPU": 8.0}, gpus_per_worker=0.0) is None  # profiles on CPUs

@@ -27,6 +27,7 @@ import hashlib
 import json
 import resource
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -178,6 +179,23 @@ def _multi_loop(config: dict[str, Any]) -> None:
 
 
 PROFILE_CPUS_PER_WORKER = 1.0  # each profile worker's logical CPUs (a task, or a Train worker)
+
+
+def unschedulable(plans: Sequence[Plan], cluster: Mapping[str, float], *,
+                  gpus_per_worker: float = 1.0) -> str | None:
+    """Why the largest of these profiles can never start on a cluster with `cluster`'s total
+    resources (`ray.cluster_resources()`), or None. Ray keeps such a task or placement group
+    pending, without an error, until the cluster grows: on a fixed cluster that is a hang."""
+    if not plans:
+        return None
+    dp = max(p.dp for p in plans)
+    need = {"CPU": dp * PROFILE_CPUS_PER_WORKER, "GPU": dp * gpus_per_worker}
+    short = [f"{need[r]:g} {r}s (has {cluster.get(r, 0.0):g})" for r in need
+             if need[r] > cluster.get(r, 0.0) + 1e-9]
+    if not short:
+        return None
+    return (f"profiling a {dp}-worker plan needs {' and '.join(short)}: "
+            f"{PROFILE_CPUS_PER_WORKER:g} CPU and {gpus_per_worker:g} GPU per worker")
 
 
 def profile_plan(spec: JobSpec, plan: Plan, *, gpus_per_worker: float = 1.0, steps: int = 3,

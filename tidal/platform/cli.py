@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import runpy
 import sys
@@ -41,28 +42,38 @@ def load_spec(path: Path) -> JobSpec:
     return spec
 
 
-def _connect(gpus: int) -> None:
+def _connect(gpus: int, cpus: float = 0.0) -> None:
+    """Join RAY_ADDRESS's cluster, or start an embedded local one with `gpus` GPUs (logical on a
+    CPU machine) and at least `cpus` logical CPUs: Ray's CPUs are a scheduling count, and a
+    4-worker profile on a 2-core machine would otherwise wait forever for its placement group."""
     import ray
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if os.environ.get("RAY_ADDRESS"):
         ray.init(log_to_driver=False)
-    else:  # an embedded local cluster; on a CPU machine its GPUs are logical
-        ray.init(num_cpus=max(2, os.cpu_count() or 2), num_gpus=gpus, log_to_driver=False)
+    else:
+        ray.init(num_cpus=max(2, os.cpu_count() or 2, math.ceil(cpus)), num_gpus=gpus, log_to_driver=False)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    import ray
+
     from tidal.jobs.ds_config import deepspeed_config
-    from tidal.planner.fitting import profile_and_fit
+    from tidal.planner.fitting import profile_and_fit, sample_plans
     from tidal.planner.planner import packed, rank_plans
+    from tidal.planner.profiler import PROFILE_CPUS_PER_WORKER, unschedulable
 
     spec = load_spec(args.file)
     if not spec.min_gpus <= args.gpus <= spec.max_gpus:
         raise SystemExit(f"tidal: --gpus {args.gpus} is outside the job's [{spec.min_gpus}, {spec.max_gpus}]")
-    _connect(args.gpus)
-    print(f"profiling {spec.name} (≤ {args.samples} plans, cached in $TIDAL_CACHE/profiles) ...")
+    plans = sample_plans(spec, args.gpus, args.samples, args.gpus_per_node)
+    _connect(args.gpus, cpus=max((p.dp for p in plans), default=1) * PROFILE_CPUS_PER_WORKER)
+    why = unschedulable(plans, ray.cluster_resources())
+    if why:  # only on a joined cluster: an autoscaling one may still grow to fit it
+        print(f"tidal: warning: {why}; the profile waits until the cluster has them", file=sys.stderr)
+    print(f"profiling {spec.name} ({len(plans)} plans, cached in $TIDAL_CACHE/profiles) ...")
     fitted = profile_and_fit(spec, max_gpus=args.gpus, gpus_per_node=args.gpus_per_node, k=args.samples,
-                             use_cuda=args.cuda, steps=args.steps)
+                             use_cuda=args.cuda, steps=args.steps, plans=plans)
     print(f"performance model fit error (MAPE over profiled plans): {100 * fitted.perf.mape:.1f}%")
     shape = packed(args.gpus, args.gpus_per_node, gpu_mem_bytes=args.gpu_mem_gib * 2**30,
                    host_mem_per_node=args.host_mem_gib * 2**30)
