@@ -51,6 +51,15 @@ def test_formulas_behave() -> None:
         PlanPoint(gpus_per_node=(4,), dp=2)  # dp·tp·pp must equal the GPUs placed
 
 
+def test_parameter_offload_costs_two_host_fetches_per_micro_batch() -> None:
+    z3 = PlanPoint(gpus_per_node=(4,), dp=4, zero_stage=3, grad_accum=2)
+    z3p = PlanPoint(gpus_per_node=(4,), dp=4, zero_stage=3, offload_param=True, grad_accum=2)
+    fetch = 2 * WORK.grad_bytes * WORK.params * 2 / 4 / (HW.pcie_bw * TRUE.eta)
+    assert predict(TRUE, WORK, z3p, HW).iter == pytest.approx(predict(TRUE, WORK, z3, HW).iter + fetch)
+    with pytest.raises(ValueError, match="stage 3"):
+        PlanPoint(gpus_per_node=(4,), dp=4, zero_stage=2, offload_param=True)
+
+
 def test_3d_data_parallel_groups_drive_only_their_rails() -> None:
     # pp1·tp4·dp4: on 8+8 GPUs each dp group has 2 members per node (2 of 8 NICs); on 4×4
     # GPUs 1 per node, over 4 nodes: its gradient all-reduce takes longer (Rubick llama7:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -65,6 +66,16 @@ def test_infeasible_plans_are_never_chosen(seed: int) -> None:
     for n, choice in matrix.items():
         assert choice.feasible and choice.peak_gpu_bytes <= 24 * GIB
         assert choice.plan.dp == n
+
+
+def test_parameter_offload_is_never_free() -> None:
+    # ZeRO-3 with its parameters on the host is the same plan plus host fetches: strictly slower
+    spec, model, _ = _random_instance(random.Random(7))
+    shape = packed(4, 4, gpu_mem_bytes=80 * GIB, host_mem_per_node=512 * GIB)
+    ranked = {c.plan: c for c in rank_plans(spec, model, shape)}  # type: ignore[arg-type]
+    pairs = [(c, ranked[replace(p, offload_param=False)]) for p, c in ranked.items() if p.offload_param]
+    assert pairs
+    assert all(off.samples_per_s < on.samples_per_s for off, on in pairs)
 
 
 def test_a_job_that_fits_nothing_is_rejected_with_the_reason() -> None:

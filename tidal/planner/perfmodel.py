@@ -36,6 +36,9 @@ Data-parallel plans (tp = pp = 1), ZeRO stage z:
     T_opt  = k_opt Ψ / (n if z ≥ 1 else 1) + T_ag
     with optimizer offload:  T_pcie = 4Ψ/n / W_pcie
            T_sync += T_pcie + k_off;   T_opt = k_cpu Ψ/(n t) + T_pcie + T_ag
+    with parameter offload (ZeRO-3): each micro-batch's forward and backward fetch every
+    rank's parameter partition from the host before their all-gathers:
+           T_sync += 2 s Ψ g / n / W_pcie                 (no fitted constant: η and W_pcie)
     T_iter = T_fwd + T_sync + T_opt + k_const
 
 3D plans (Megatron-style; A = seq × hidden × layers activations per sample). The measured
@@ -99,7 +102,8 @@ class PlanPoint:
     tp: int = 1
     pp: int = 1
     zero_stage: int = 0
-    offload: bool = False
+    offload: bool = False  # the optimizer (its state and step) on the CPU
+    offload_param: bool = False  # ZeRO-3's parameters on the CPU
     act_ckpt: bool = False
     grad_accum: int = 1
     cpu_threads: int | None = None
@@ -107,6 +111,8 @@ class PlanPoint:
     def __post_init__(self) -> None:
         if self.dp * self.tp * self.pp != self.n:
             raise ValueError(f"dp·tp·pp = {self.dp * self.tp * self.pp} != {self.n} GPUs placed")
+        if self.offload_param and self.zero_stage != 3:
+            raise ValueError(f"parameter offload needs ZeRO stage 3, not {self.zero_stage}")
 
     @property
     def n(self) -> int:
@@ -240,6 +246,8 @@ def predict(theta: Theta, work: Workload, p: PlanPoint, hw: Hardware) -> Breakdo
             t_opt = theta.k_cpu * psi / (n * threads) + t_pcie + t_ag
         else:
             t_opt = theta.k_opt * psi / (n if p.zero_stage >= 1 else 1) + t_ag
+        if p.offload_param:
+            t_sync += 2.0 * s * psi * p.grad_accum / n / (hw.pcie_bw * theta.eta)
         return Breakdown(fwd=t_fwd, sync=t_sync, opt=t_opt, iter=t_fwd + t_sync + t_opt + theta.k_const)
     mp = p.tp * p.pp
     b = work.global_batch / p.dp

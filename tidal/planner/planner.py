@@ -75,6 +75,7 @@ class PlanChoice:
 def point_of(plan: Plan, shape: ResourceShape) -> PlanPoint:
     return PlanPoint(gpus_per_node=shape.gpus_per_node, dp=plan.dp, tp=plan.tp, pp=plan.pp,
                      zero_stage=plan.zero_stage, offload=plan.offload_optimizer,
+                     offload_param=plan.offload_param,
                      act_ckpt=plan.activation_checkpointing, grad_accum=plan.grad_accum,
                      cpu_threads=shape.cpu_threads_per_gpu)
 
