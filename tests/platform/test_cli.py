@@ -26,5 +26,7 @@ def test_load_spec_errors_name_the_problem(tmp_path: Path) -> None:
 def test_plan_rejects_gpu_count_outside_the_job(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit, match="outside the job"):
         main(["plan", str(REPO / "examples" / "shakespeare_job.py"), "--gpus", "9"])
+    with pytest.raises(SystemExit, match="does not divide the job's global batch 32"):
+        main(["plan", str(REPO / "examples" / "shakespeare_job.py"), "--gpus", "3"])
     with pytest.raises(SystemExit):
         main(["plan", str(REPO / "examples" / "shakespeare_job.py"), "--gpus", "2", "--samples", "9"])

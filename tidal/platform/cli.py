@@ -59,6 +59,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     import ray
 
     from tidal.jobs.ds_config import deepspeed_config
+    from tidal.jobs.spec import plans_for
     from tidal.planner.fitting import profile_and_fit, sample_plans
     from tidal.planner.planner import packed, rank_plans
     from tidal.planner.profiler import PROFILE_CPUS_PER_WORKER, unschedulable
@@ -66,6 +67,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     spec = load_spec(args.file)
     if not spec.min_gpus <= args.gpus <= spec.max_gpus:
         raise SystemExit(f"tidal: --gpus {args.gpus} is outside the job's [{spec.min_gpus}, {spec.max_gpus}]")
+    if spec.global_batch % args.gpus:  # before any profiling: no plan can run there
+        raise SystemExit(f"tidal: --gpus {args.gpus} does not divide the job's global batch "
+                         f"{spec.global_batch}: data-parallel workers split it evenly")
+    if not plans_for(spec, args.gpus):
+        raise SystemExit(f"tidal: the job's plan space allows no plan on {args.gpus} GPUs ({spec.plans})")
     plans = sample_plans(spec, args.gpus, args.samples, args.gpus_per_node)
     _connect(args.gpus, cpus=max((p.dp for p in plans), default=1) * PROFILE_CPUS_PER_WORKER)
     why = unschedulable(plans, ray.cluster_resources())
