@@ -122,8 +122,11 @@ class FailAfter:
 
 
 def test_reject_fail_and_cancel(scheduler: Any) -> None:
-    from tidal.platform.cli import format_status
+    from tidal.platform.cli import format_status, main
 
+    for command in ("status", "cancel"):  # an unknown id is one line, not the actor's traceback
+        with pytest.raises(SystemExit, match=r"^tidal: no job 'nope'$"):
+            main([command, "nope"])
     with pytest.raises(Exception, match="needs 8 GPUs, the cluster has 4"):
         ray.get(scheduler.submit.remote(tiny_gpt_spec(name="too-big", min_gpus=8, max_gpus=8)))
     ok = sdk.JobHandle(ray.get(scheduler.submit.remote(

@@ -130,22 +130,29 @@ def format_status(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def cmd_status(args: argparse.Namespace) -> int:
+def _get(ref: Any) -> Any:
+    """ray.get of a scheduler call; an unknown job id is a one-line error, not a remote traceback."""
     import ray
 
+    try:
+        return ray.get(ref)
+    except KeyError as e:  # Ray re-raises the actor's KeyError as a RayTaskError that is one
+        cause = getattr(e, "cause", e)
+        raise SystemExit(f"tidal: {cause.args[0] if cause.args else cause}") from None
+
+
+def cmd_status(args: argparse.Namespace) -> int:
     from tidal.platform import sdk
 
-    rows = ray.get(sdk.connect().status.remote(args.job))
+    rows = _get(sdk.connect().status.remote(args.job))
     print(format_status(rows))
     return 0
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    import ray
-
     from tidal.platform import sdk
 
-    ray.get(sdk.connect().cancel.remote(args.job))
+    _get(sdk.connect().cancel.remote(args.job))
     print(f"cancel requested: {args.job}")
     return 0
 
