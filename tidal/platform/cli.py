@@ -103,10 +103,27 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _join() -> None:
+    """Join the cluster this machine runs (`ray start`) or RAY_ADDRESS's. Never start one: a
+    throwaway local cluster would take the scheduler actor, and a submitted job, with it when
+    the command exits."""
+    import ray
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if ray.is_initialized():
+        return
+    try:
+        ray.init(address=os.environ.get("RAY_ADDRESS") or "auto")
+    except ConnectionError:
+        raise SystemExit("tidal: no Ray cluster to join: start one (`ray start --head --num-gpus=N`, "
+                         "`ray up cluster.yaml`) or set RAY_ADDRESS") from None
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
     from tidal.platform import sdk
 
     spec = load_spec(args.file)
+    _join()
     handle = sdk.submit(spec)
     print(f"submitted {handle.job_id}")
     if args.wait:
@@ -144,6 +161,7 @@ def _get(ref: Any) -> Any:
 def cmd_status(args: argparse.Namespace) -> int:
     from tidal.platform import sdk
 
+    _join()
     rows = _get(sdk.connect().status.remote(args.job))
     print(format_status(rows))
     return 0
@@ -152,6 +170,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_cancel(args: argparse.Namespace) -> int:
     from tidal.platform import sdk
 
+    _join()
     _get(sdk.connect().cancel.remote(args.job))
     print(f"cancel requested: {args.job}")
     return 0
