@@ -148,3 +148,15 @@ def test_plan_round_trip_and_label() -> None:
              micro_batch=4, grad_accum=2)
     assert Plan.from_dict(p.to_dict()) == p
     assert p.short() == "dp2-z2o-ac-mb4x2"
+
+
+def test_spec_errors_survive_pickling() -> None:
+    # Ray hands an actor's exception to its caller by pickle (a rejected `submit`)
+    import pickle
+
+    from tidal.planner.planner import NoFeasiblePlan
+
+    for cls in (SpecError, PlanError, NoFeasiblePlan):
+        e = pickle.loads(pickle.dumps(cls("JobSpec.min_gpus", "needs 8 GPUs, the cluster has 4")))
+        assert type(e) is cls and e.field == "JobSpec.min_gpus"
+        assert str(e) == "JobSpec.min_gpus: needs 8 GPUs, the cluster has 4"

@@ -17,7 +17,7 @@ import pytest
 import ray
 
 from tests.conftest import tiny_gpt_spec
-from tidal.jobs import Plan
+from tidal.jobs import Plan, SpecError
 from tidal.jobs.runner import Resources, launch
 from tidal.platform import sdk
 from tidal.platform.policy import PolicyConfig
@@ -127,7 +127,7 @@ def test_reject_fail_and_cancel(scheduler: Any) -> None:
     for command in ("status", "cancel"):  # an unknown id is one line, not the actor's traceback
         with pytest.raises(SystemExit, match=r"^tidal: no job 'nope'$"):
             main([command, "nope"])
-    with pytest.raises(Exception, match="needs 8 GPUs, the cluster has 4"):
+    with pytest.raises(SpecError, match="needs 8 GPUs, the cluster has 4"):  # unpickled as itself
         ray.get(scheduler.submit.remote(tiny_gpt_spec(name="too-big", min_gpus=8, max_gpus=8)))
     ok = sdk.JobHandle(ray.get(scheduler.submit.remote(
         tiny_gpt_spec(name="keeps-going", total_steps=5000, max_gpus=2))), scheduler)

@@ -32,6 +32,12 @@ class SpecError(ValueError):
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")
         self.field = field
+        self.message = message
+
+    def __reduce__(self) -> tuple[type[SpecError], tuple[str, str]]:
+        # pickled with both arguments: Ray sends an actor's exception to the caller by pickle,
+        # and the default (its one formatted arg) cannot be unpickled (UnserializableException)
+        return type(self), (self.field, self.message)
 
 
 class PlanError(SpecError):

@@ -19,11 +19,13 @@ ranked by predicted throughput, with predicted memory and, for plans that do not
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
 import runpy
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -124,7 +126,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
     spec = load_spec(args.file)
     _join()
-    handle = sdk.submit(spec)
+    with _one_line_errors():
+        handle = sdk.submit(spec)
     print(f"submitted {handle.job_id}")
     if args.wait:
         st = handle.wait()
@@ -147,15 +150,24 @@ def format_status(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+@contextlib.contextmanager
+def _one_line_errors() -> Iterator[None]:
+    """The scheduler's answers to bad input (an unknown job id, a rejected spec) as one line, not
+    the actor's traceback: Ray re-raises the actor's exception as a RayTaskError that is also an
+    instance of the original class, with the original as `cause`."""
+    try:
+        yield
+    except (KeyError, ValueError) as e:
+        cause = getattr(e, "cause", e)
+        text = cause.args[0] if isinstance(cause, KeyError) and cause.args else str(cause)
+        raise SystemExit(f"tidal: {text}") from None
+
+
 def _get(ref: Any) -> Any:
-    """ray.get of a scheduler call; an unknown job id is a one-line error, not a remote traceback."""
     import ray
 
-    try:
+    with _one_line_errors():
         return ray.get(ref)
-    except KeyError as e:  # Ray re-raises the actor's KeyError as a RayTaskError that is one
-        cause = getattr(e, "cause", e)
-        raise SystemExit(f"tidal: {cause.args[0] if cause.args else cause}") from None
 
 
 def cmd_status(args: argparse.Namespace) -> int:
