@@ -45,15 +45,18 @@ def load_spec(path: Path) -> JobSpec:
 
 
 def _connect(gpus: int, cpus: float = 0.0) -> None:
-    """Join RAY_ADDRESS's cluster, or start an embedded local one with `gpus` GPUs (logical on a
-    CPU machine) and at least `cpus` logical CPUs: Ray's CPUs are a scheduling count, and a
-    4-worker profile on a 2-core machine would otherwise wait forever for its placement group."""
+    """Join the cluster this machine runs (`ray start`) or RAY_ADDRESS's; with neither, start an
+    embedded local one with `gpus` GPUs (logical on a CPU machine) and at least `cpus` logical
+    CPUs: Ray's CPUs are a scheduling count, and a 4-worker profile on a 2-core machine would
+    otherwise wait forever for its placement group."""
     import ray
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    if os.environ.get("RAY_ADDRESS"):
-        ray.init(log_to_driver=False)
-    else:
+    try:
+        ray.init(address=os.environ.get("RAY_ADDRESS") or "auto", log_to_driver=False)
+    except ConnectionError:
+        if os.environ.get("RAY_ADDRESS"):
+            raise SystemExit(f"tidal: no Ray cluster at RAY_ADDRESS={os.environ['RAY_ADDRESS']}") from None
         ray.init(num_cpus=max(2, os.cpu_count() or 2, math.ceil(cpus)), num_gpus=gpus, log_to_driver=False)
 
 
@@ -77,7 +80,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     plans = sample_plans(spec, args.gpus, args.samples, args.gpus_per_node)
     _connect(args.gpus, cpus=max((p.dp for p in plans), default=1) * PROFILE_CPUS_PER_WORKER)
     why = unschedulable(plans, ray.cluster_resources())
-    if why:  # only on a joined cluster: an autoscaling one may still grow to fit it
+    if why:  # only on a joined cluster (an autoscaling one may still grow to fit it)
         print(f"tidal: warning: {why}; the profile waits until the cluster has them", file=sys.stderr)
     print(f"profiling {spec.name} ({len(plans)} plans, cached in $TIDAL_CACHE/profiles) ...")
     fitted = profile_and_fit(spec, max_gpus=args.gpus, gpus_per_node=args.gpus_per_node, k=args.samples,
