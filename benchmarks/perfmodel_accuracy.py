@@ -5,9 +5,9 @@
 the iteration time of every other measured row, print a per-model table and, last,
 `perfmodel_mape: X` (mean over models of the mean absolute percentage error). --floor adds
 each model's in-sample error when fitted on all of its rows (with their parts, and on
-iteration times alone): how far the model form can describe the table at all. --orders N refits with each
-model's rows in N other seeded orders (the selection breaks ties by row order) and prints the
-spread before the final line.
+iteration times alone): how far the model form can describe the table at all. --orders N
+refits with each model's rows in N other seeded orders (the selection breaks ties by row
+order) and prints the spread before the final line.
 
 --measurements FILE.csv: single-GPU rows with the columns
 model,params,zero_stage,offload,act_ckpt,micro_batch,seq,step_s,tokens_per_s,peak_alloc_gib,status

@@ -69,11 +69,9 @@ def fit_job(spec: JobSpec, records: list[ProfileRecord], *, gpus_per_node: int,
                   perf=perf, records=records)
 
 
-def profile_and_fit(spec: JobSpec, *, max_gpus: int, gpus_per_node: int, k: int = 6,
-                    use_cuda: bool = False, steps: int = 3, progress: bool = True,
-                    gpus_per_worker: float = 1.0, plans: list[Plan] | None = None) -> Fitted:
-    """Profile `plans` (default: `sample_plans(spec, max_gpus, k, gpus_per_node)`) and fit."""
-    plans = plans if plans is not None else sample_plans(spec, max_gpus, k, gpus_per_node)
+def profile_and_fit(spec: JobSpec, plans: list[Plan], *, gpus_per_node: int, use_cuda: bool = False,
+                    steps: int = 3, progress: bool = True, gpus_per_worker: float = 1.0) -> Fitted:
+    """Profile `plans` (from `sample_plans`) and fit both models."""
     records = profile(spec, plans, hardware="cuda" if use_cuda else "cpu", use_cuda=use_cuda,
                       steps=steps, progress=progress, gpus_per_worker=gpus_per_worker)
     return fit_job(spec, records, gpus_per_node=gpus_per_node)

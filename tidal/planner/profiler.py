@@ -181,20 +181,24 @@ def _multi_loop(config: dict[str, Any]) -> None:
 PROFILE_CPUS_PER_WORKER = 1.0  # each profile worker's logical CPUs (a task, or a Train worker)
 
 
+def profile_needs(plans: Sequence[Plan], gpus_per_worker: float = 1.0) -> dict[str, float]:
+    """Ray resources the largest of these profiles takes at once (one worker per data-parallel
+    rank, `PROFILE_CPUS_PER_WORKER` CPUs and `gpus_per_worker` GPUs each)."""
+    dp = max((p.dp for p in plans), default=0)
+    return {"CPU": dp * PROFILE_CPUS_PER_WORKER, "GPU": dp * gpus_per_worker}
+
+
 def unschedulable(plans: Sequence[Plan], cluster: Mapping[str, float], *,
                   gpus_per_worker: float = 1.0) -> str | None:
     """Why the largest of these profiles can never start on a cluster with `cluster`'s total
     resources (`ray.cluster_resources()`), or None. Ray keeps such a task or placement group
     pending, without an error, until the cluster grows: on a fixed cluster that is a hang."""
-    if not plans:
-        return None
-    dp = max(p.dp for p in plans)
-    need = {"CPU": dp * PROFILE_CPUS_PER_WORKER, "GPU": dp * gpus_per_worker}
+    need = profile_needs(plans, gpus_per_worker)
     short = [f"{need[r]:g} {r}s (has {cluster.get(r, 0.0):g})" for r in need
              if need[r] > cluster.get(r, 0.0) + 1e-9]
     if not short:
         return None
-    return (f"profiling a {dp}-worker plan needs {' and '.join(short)}: "
+    return (f"profiling a {max(p.dp for p in plans)}-worker plan needs {' and '.join(short)}: "
             f"{PROFILE_CPUS_PER_WORKER:g} CPU and {gpus_per_worker:g} GPU per worker")
 
 

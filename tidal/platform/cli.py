@@ -44,20 +44,29 @@ def load_spec(path: Path) -> JobSpec:
     return spec
 
 
-def _connect(gpus: int, cpus: float = 0.0) -> None:
-    """Join the cluster this machine runs (`ray start`) or RAY_ADDRESS's; with neither, start an
-    embedded local one with `gpus` GPUs (logical on a CPU machine) and at least `cpus` logical
-    CPUs: Ray's CPUs are a scheduling count, and a 4-worker profile on a 2-core machine would
-    otherwise wait forever for its placement group."""
+def _join(*, embedded_gpus: int | None = None, cpus: float = 0.0, log_to_driver: bool = True) -> None:
+    """Join the cluster this machine runs (`ray start`) or RAY_ADDRESS's. With neither, `plan`
+    (`embedded_gpus` given) starts an embedded local cluster with that many GPUs (logical on a
+    CPU machine) and at least `cpus` logical CPUs: Ray's CPUs are a scheduling count, and a
+    4-worker profile on a 2-core machine would otherwise wait forever for its placement group.
+    `submit`, `status` and `cancel` never start one: a throwaway local cluster would take the
+    scheduler actor, and a submitted job, with it when the command exits."""
     import ray
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if ray.is_initialized():
+        return
+    address = os.environ.get("RAY_ADDRESS")
     try:
-        ray.init(address=os.environ.get("RAY_ADDRESS") or "auto", log_to_driver=False)
+        ray.init(address=address or "auto", log_to_driver=log_to_driver)
     except ConnectionError:
-        if os.environ.get("RAY_ADDRESS"):
-            raise SystemExit(f"tidal: no Ray cluster at RAY_ADDRESS={os.environ['RAY_ADDRESS']}") from None
-        ray.init(num_cpus=max(2, os.cpu_count() or 2, math.ceil(cpus)), num_gpus=gpus, log_to_driver=False)
+        if address:
+            raise SystemExit(f"tidal: no Ray cluster at RAY_ADDRESS={address}") from None
+        if embedded_gpus is None:
+            raise SystemExit("tidal: no Ray cluster to join: start one (`ray start --head --num-gpus=N`, "
+                             "`ray up cluster.yaml`) or set RAY_ADDRESS") from None
+        ray.init(num_cpus=max(2, os.cpu_count() or 2, math.ceil(cpus)), num_gpus=embedded_gpus,
+                 log_to_driver=log_to_driver)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -67,7 +76,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from tidal.jobs.spec import plans_for
     from tidal.planner.fitting import profile_and_fit, sample_plans
     from tidal.planner.planner import packed, rank_plans
-    from tidal.planner.profiler import PROFILE_CPUS_PER_WORKER, unschedulable
+    from tidal.planner.profiler import profile_needs, unschedulable
 
     spec = load_spec(args.file)
     if not spec.min_gpus <= args.gpus <= spec.max_gpus:
@@ -78,13 +87,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if not plans_for(spec, args.gpus):
         raise SystemExit(f"tidal: the job's plan space allows no plan on {args.gpus} GPUs ({spec.plans})")
     plans = sample_plans(spec, args.gpus, args.samples, args.gpus_per_node)
-    _connect(args.gpus, cpus=max((p.dp for p in plans), default=1) * PROFILE_CPUS_PER_WORKER)
+    _join(embedded_gpus=args.gpus, cpus=profile_needs(plans)["CPU"], log_to_driver=False)
     why = unschedulable(plans, ray.cluster_resources())
     if why:  # only on a joined cluster (an autoscaling one may still grow to fit it)
         print(f"tidal: warning: {why}; the profile waits until the cluster has them", file=sys.stderr)
     print(f"profiling {spec.name} ({len(plans)} plans, cached in $TIDAL_CACHE/profiles) ...")
-    fitted = profile_and_fit(spec, max_gpus=args.gpus, gpus_per_node=args.gpus_per_node, k=args.samples,
-                             use_cuda=args.cuda, steps=args.steps, plans=plans)
+    fitted = profile_and_fit(spec, plans, gpus_per_node=args.gpus_per_node, use_cuda=args.cuda,
+                             steps=args.steps)
     print(f"performance model fit error (MAPE over profiled plans): {100 * fitted.perf.mape:.1f}%")
     shape = packed(args.gpus, args.gpus_per_node, gpu_mem_bytes=args.gpu_mem_gib * 2**30,
                    host_mem_per_node=args.host_mem_gib * 2**30)
@@ -106,22 +115,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
         args.write_config.write_text(json.dumps(deepspeed_config(spec, best.plan), indent=2))
         print(f"\nwrote the DeepSpeed config of {best.plan.short()} to {args.write_config}")
     return 0
-
-
-def _join() -> None:
-    """Join the cluster this machine runs (`ray start`) or RAY_ADDRESS's. Never start one: a
-    throwaway local cluster would take the scheduler actor, and a submitted job, with it when
-    the command exits."""
-    import ray
-
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    if ray.is_initialized():
-        return
-    try:
-        ray.init(address=os.environ.get("RAY_ADDRESS") or "auto")
-    except ConnectionError:
-        raise SystemExit("tidal: no Ray cluster to join: start one (`ray start --head --num-gpus=N`, "
-                         "`ray up cluster.yaml`) or set RAY_ADDRESS") from None
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
