@@ -219,3 +219,25 @@ def test_a_finishing_job_is_left_alone() -> None:
     other = _job("O", 1, [1, 2], [100, 190], restart_cost_s=0)
     d = decide(Snapshot(nodes=nodes, jobs=(done, other)))
     assert d.allocations["D"] == cur and "D" not in d.changed
+
+
+def test_guaranteed_jobs_never_take_lent_gpus() -> None:
+    """Even when only lent GPUs are free, a guaranteed job waits rather than rest on them."""
+    nodes = (Node(node_id="lent", gpus=8, recallable=True, pool="inference"), Node(node_id="own", gpus=2))
+    g = _job("G", 0, [1, 2, 4], [10, 19, 30], guarantee=1.0)
+    b = _job("B", 1, [1, 2], [10, 19])
+    d = decide(Snapshot(nodes=nodes, jobs=(g, b)))
+    assert all(n == "own" for n, _ in d.allocations["G"].gpus_by_node)
+    assert all(n == "lent" for n, _ in d.allocations["B"].gpus_by_node)
+
+
+def test_lent_gpus_are_priced_by_recall_risk() -> None:
+    """A job that gains little from more GPUs takes lent ones only when recall is unlikely."""
+    def snap(risk: float) -> Snapshot:
+        nodes = (Node(node_id="own", gpus=2), Node(node_id="lent", gpus=2, recallable=True, recall_risk=risk))
+        job = JobView(job_id="J", arrival=0.0, restart_cost_s=300.0, options=(
+            Option(gpus=2, plan=Plan(dp=2, micro_batch=4), samples_per_s=100.0),
+            Option(gpus=4, plan=Plan(dp=4, micro_batch=2), samples_per_s=112.0)))
+        return Snapshot(nodes=nodes, jobs=(job,))
+    assert decide(snap(0.0)).allocations["J"].gpus == 4
+    assert decide(snap(1.0)).allocations["J"].gpus == 2

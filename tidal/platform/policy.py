@@ -43,9 +43,23 @@ every restart into the decision itself: a change must save more than the restart
 3. Running jobs restarted `max_restarts` times, and running jobs with no work left (the live
    scheduler sees a job's last step before its run ends), keep their allocation.
 4. Placement on nodes: unchanged jobs keep their GPUs; the others are placed largest first,
-   on one node when one has room (best fit), otherwise over the fewest nodes; guaranteed jobs
-   take non-recallable GPUs first, so lent inference GPUs go to best-effort work. CPUs and
-   host memory per GPU are checked on every node; capacity is never exceeded.
+   on one node when one has room (best fit), otherwise over the fewest nodes; every job takes
+   owned GPUs before lent ones, and guaranteed jobs never take lent GPUs (their guarantee must
+   not depend on capacity inference can recall). CPUs and host memory per GPU are checked on
+   every node; capacity is never exceeded.
+
+**Lent GPUs** (inference GPUs Serve does not need now: `Node.recallable`) are worth less than
+owned ones by their expected recall cost. Guarantees (phase 1) count owned GPUs only. The
+knapsack runs over owned + lent GPUs and then picks the total c it uses by
+
+    c* = argmax_c  best(c) − price · max(0, c − C_owned)
+    price = risk · (best(C_owned) / C_owned) · restart / (restart + horizon)
+
+best(c): the knapsack's optimum within c GPUs; risk: the chance a lent GPU is recalled within
+the horizon (`Node.recall_risk`, from the loan manager's forecast; the GPU-weighted mean over
+lent nodes); best(C_owned)/C_owned: the utility an owned GPU earns on average; the last factor:
+the share of a horizon's work a recall's restart (the jobs' mean restart cost) throws away.
+Since all lent GPUs are alike to the knapsack, this is exact for "Σ u − price · lent GPUs used".
 
 On the Rubick traces (benchmarks/sim_compare.py, workload-base) this objective took the
 average JCT from 3,152 s to 1,934 s and the makespan from 58,657 s to 57,743 s against
@@ -81,6 +95,7 @@ class Node:
     memory: float = 1e18
     pool: Pool = "training"
     recallable: bool = False  # GPUs lent by inference: may be recalled
+    recall_risk: float = 1.0  # chance (0-1) a lent GPU is recalled within the horizon
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -181,12 +196,14 @@ def current_index(job: JobView) -> int | None:
 
 
 def _choose_counts(jobs: list[JobView], capacity: int, fixed: Mapping[str, int | None],
-                   cfg: PolicyConfig, now: float) -> tuple[dict[str, int | None], dict[str, str]]:
-    """Phases 1-2: an option index per job (None = waits) within `capacity` GPUs."""
+                   cfg: PolicyConfig, now: float, lent: int = 0,
+                   risk: float = 1.0) -> tuple[dict[str, int | None], dict[str, str]]:
+    """Phases 1-2: an option index per job (None = waits) within `capacity` owned GPUs plus
+    `lent` recallable ones (priced by `risk`, module docstring)."""
     by_id = {j.job_id: j for j in jobs}
     choice: dict[str, int | None] = {j.job_id: None for j in jobs}
     reasons: dict[str, str] = {}
-    free = capacity
+    free = capacity  # owned GPUs left; may go negative while fixed jobs hold lent ones
     for jid, idx in fixed.items():
         choice[jid] = idx
         if idx is not None:
@@ -217,7 +234,11 @@ def _choose_counts(jobs: list[JobView], capacity: int, fixed: Mapping[str, int |
                               for i, o in enumerate(j.options) if i > f]))
         elif j.guarantee is None:  # best-effort: any option, or wait
             items.append((j, [(o.gpus, utility(j, i, now, cfg), i) for i, o in enumerate(j.options)]))
-    choice.update(_knapsack(items, max(0, free)))
+    owned = max(0, free)
+    lent_left = max(0, lent + min(0, free))
+    restart = sum(j.restart_cost_s for j in jobs) / max(1, len(jobs))
+    choice.update(_knapsack(items, owned + lent_left, owned=owned,
+                            lent_price_factor=risk * restart / (restart + cfg.horizon_s)))
     for j in order:
         if choice[j.job_id] is None and j.job_id not in reasons:
             reasons[j.job_id] = f"waiting: needs {j.options[0].gpus} GPUs, others use them better"
@@ -225,14 +246,16 @@ def _choose_counts(jobs: list[JobView], capacity: int, fixed: Mapping[str, int |
 
 
 def _knapsack(items: list[tuple[JobView, list[tuple[int, float, int]]]],
-              capacity: int) -> dict[str, int]:
+              capacity: int, owned: int | None = None, lent_price_factor: float = 0.0) -> dict[str, int]:
     """Multiple-choice knapsack by dynamic programming over GPU counts.
 
         best_k(c) = max(best_{k−1}(c), max_i best_{k−1}(c − w_ki) + u_ki)
 
     for item k with choices i of weight w (GPUs) and value u; 0 ≤ c ≤ capacity. Vectorised over
     c with numpy: O(items · choices · capacity) simple array operations. Returns the option
-    index picked for each item that takes one (items that take none are absent).
+    index picked for each item that takes one (items that take none are absent). GPUs above
+    `owned` are lent: the total used is argmax_c best(c) − price·max(0, c − owned), price =
+    `lent_price_factor` · best(owned)/owned (module docstring).
     """
     import numpy as np
 
@@ -252,7 +275,12 @@ def _knapsack(items: list[tuple[JobView, list[tuple[int, float, int]]]],
         back.append(arg)
         best = new
     picked: dict[str, int] = {}
-    c = int(np.argmax(best))
+    own = capacity if owned is None else min(owned, capacity)
+    if own < capacity and lent_price_factor > 0:
+        price = lent_price_factor * (best[own] / own if own > 0 else float(best.max()) / max(1, capacity))
+        c = int(np.argmax(best - price * np.maximum(0, np.arange(capacity + 1) - own)))
+    else:
+        c = int(np.argmax(best))
     for (job, choices), arg in zip(reversed(items), reversed(back), strict=True):
         k = int(arg[c])
         if k >= 0:
@@ -285,17 +313,16 @@ def _take(f: _Free, o: Option, g: int) -> None:
 
 def _place(job: JobView, o: Option, free: list[_Free]) -> tuple[tuple[str, int], ...] | None:
     """GPUs for option `o`: one node if any fits (best fit), else the fewest nodes."""
-    pref = (lambda f: (f.node.recallable, f.gpus)) if job.guarantee is not None else (
-        lambda f: (not f.node.recallable, f.gpus))
+    if job.guarantee is not None:  # a guarantee never rests on GPUs inference may recall
+        free = [f for f in free if not f.node.recallable]
     single = [f for f in free if _fits(f, o, o.gpus)]
     if single:
-        f = min(single, key=pref)
+        f = min(single, key=lambda f: (f.node.recallable, f.gpus))  # owned first, then best fit
         _take(f, o, o.gpus)
         return ((f.node.node_id, o.gpus),)
     plan: list[tuple[_Free, int]] = []
     need = o.gpus
-    for f in sorted(free, key=lambda f: (f.node.recallable if job.guarantee is not None else False,
-                                         -f.gpus)):
+    for f in sorted(free, key=lambda f: (f.node.recallable, -f.gpus)):
         g = min(need, f.gpus)
         while g > 0 and not _fits(f, o, g):
             g -= 1
@@ -320,13 +347,15 @@ def decide(snapshot: Snapshot) -> Decision:
     for j in jobs:
         if not j.options or any(a.gpus >= b.gpus for a, b in zip(j.options, j.options[1:], strict=False)):
             raise ValueError(f"job {j.job_id}: options must be non-empty with increasing GPU counts")
-    capacity = sum(n.gpus for n in snapshot.nodes)
+    capacity = sum(n.gpus for n in snapshot.nodes if not n.recallable)
+    lent = sum(n.gpus for n in snapshot.nodes if n.recallable)
+    risk = sum(n.gpus * n.recall_risk for n in snapshot.nodes if n.recallable) / lent if lent else 0.0
     running = _running(snapshot)
     # left alone: jobs restarted too often, and jobs with no work left (finishing: a restart
     # would only delay them, and with W = 0 every option looks infinitely good)
     frozen = {j.job_id: current_index(j) for j in running
               if j.restarts >= cfg.max_restarts or j.remaining_samples <= 0}
-    new_choice, reasons = _choose_counts(jobs, capacity, frozen, cfg, snapshot.now)
+    new_choice, reasons = _choose_counts(jobs, capacity, frozen, cfg, snapshot.now, lent=lent, risk=risk)
     return place(snapshot, new_choice, reasons)
 
 
