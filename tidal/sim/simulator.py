@@ -36,6 +36,7 @@ from tidal.platform import policy as tidal_policy
 from tidal.platform.controller import ActionRecord, Phase, Policy, reconcile_step
 from tidal.platform.policy import Allocation, JobView, Node, Option, PolicyConfig, Snapshot
 from tidal.sim import baselines
+from tidal.sim.serving import InferencePool, ServingSim
 from tidal.sim.tables import packed
 from tidal.sim.views import Kind
 from tidal.sim.workload import SimJob
@@ -140,7 +141,7 @@ class SimResult:
 
 class Simulator:
     def __init__(self, jobs: list[SimJob], truth: World, planner: Views, policy: PolicyUnderTest,
-                 config: SimConfig | None = None) -> None:
+                 config: SimConfig | None = None, serving: InferencePool | None = None) -> None:
         self.cfg = config or SimConfig()
         self.truth, self.planner, self.policy = truth, planner, policy
         self.jobs = sorted(jobs, key=lambda j: (j.submit, j.name))
@@ -159,6 +160,13 @@ class Simulator:
                                 cpus=self.cfg.cpus_per_node, memory=self.cfg.memory_per_node)
                            for i in range(self.cfg.nodes))
         self._fastest: dict[str, float] = {}
+        self.serving = None if serving is None else ServingSim(
+            serving, self.cfg.restart_s,
+            lambda job, plan, per_node: self.truth.plan_time(job.spec.app, plan, per_node))
+
+    def _nodes(self) -> tuple[Node, ...]:
+        """The training pool, plus the inference GPUs lent now (`tidal.sim.serving`)."""
+        return self.nodes + (self.serving.nodes() if self.serving else ())
 
     # -- the executor, simulated --------------------------------------------------------
 
@@ -196,7 +204,7 @@ class Simulator:
             for nid, g in job.alloc.gpus_by_node:
                 used[nid] = used.get(nid, 0) + g
                 cpus[nid] = cpus.get(nid, 0.0) + per_gpu * g
-        for n in self.nodes:
+        for n in self._nodes():
             if used.get(n.node_id, 0) > n.gpus or cpus.get(n.node_id, 0.0) > n.cpus + 1e-6:
                 raise CapacityError(f"{n.node_id}: {used.get(n.node_id, 0)} GPUs / "
                                     f"{cpus.get(n.node_id, 0):.0f} CPUs allocated, "
@@ -207,7 +215,7 @@ class Simulator:
         takes effect at once: the next step decides again."""
         for _ in range(4):
             phases = {k: j.phase for k, j in active.items()}
-            snap = Snapshot(now=t, nodes=self.nodes, jobs=tuple(self._view(j) for j in active.values()),
+            snap = Snapshot(now=t, nodes=self._nodes(), jobs=tuple(self._view(j) for j in active.values()),
                             config=self.cfg.policy)
             t0 = time.perf_counter()
             actions = reconcile_step(snap, phases, self.policy.decide)
@@ -283,6 +291,8 @@ class Simulator:
             while arrivals and arrivals[0].submit <= t:
                 j = arrivals.popleft()
                 active[j.name] = self._admit(j)
+            if self.serving is not None:
+                self.serving.before_round(t, active, result)
             if active:
                 self._reconcile(t, active, result)
                 decisions += 1
@@ -299,17 +309,20 @@ class Simulator:
                 t_next = min(arrivals[0].submit if arrivals else math.inf, self._completion_time(t, active))
                 if not math.isfinite(t_next):
                     raise StallError(f"{len(active)} jobs wait at t={t:.0f} s and the policy starts none")
+            if self.serving is not None:
+                self.serving.serve(t, t_next, active)
             self._advance(t, t_next, active, result)
             t = t_next
         result.metrics = metrics(result, self.cfg.nodes * self.cfg.gpus_per_node)
+        if self.serving is not None:
+            end = max(j.finish for j in result.jobs)
+            result.metrics.update(self.serving.metrics(
+                held_gpu_s(result), self.cfg.nodes * self.cfg.gpus_per_node, end, len(result.jobs)))
         return result
 
 
-def metrics(result: SimResult, capacity: int) -> dict[str, float]:
-    jobs = result.jobs
-    jct = np.array([j.jct for j in jobs])
-    first = min(j.submit for j in jobs)
-    makespan = max(j.finish for j in jobs) - first
+def held_gpu_s(result: SimResult) -> float:
+    """GPU-seconds the training jobs held (from the allocation timeline)."""
     held = 0.0
     last: dict[str, tuple[float, int]] = {}
     for t, jid, g in sorted(result.timeline, key=lambda x: x[0]):
@@ -317,6 +330,15 @@ def metrics(result: SimResult, capacity: int) -> dict[str, float]:
             t0, g0 = last[jid]
             held += g0 * (t - t0)
         last[jid] = (t, g)
+    return held
+
+
+def metrics(result: SimResult, capacity: int) -> dict[str, float]:
+    jobs = result.jobs
+    jct = np.array([j.jct for j in jobs])
+    first = min(j.submit for j in jobs)
+    makespan = max(j.finish for j in jobs) - first
+    held = held_gpu_s(result)
     return {
         "avg_jct_s": float(jct.mean()),
         "p99_jct_s": float(np.percentile(jct, 99)),
