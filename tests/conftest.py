@@ -15,7 +15,9 @@ os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
 
 @pytest.fixture(scope="session")
 def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """Two Ray nodes on this machine, 2 logical CPUs and 2 logical GPUs each.
+    """Two Ray nodes on this machine, 2 logical CPUs and 2 logical GPUs each: the head in the
+    training pool, the other in the inference pool (the `tidal.io/pool` node label, which Serve's
+    replicas select; training runs are not restricted by it).
 
     Yields the `ray.cluster_utils.Cluster`; its `node_ids` attribute lists the node ids, head
     first. (2 physical cores here: the logical CPUs only keep actors schedulable.)
@@ -24,8 +26,9 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from ray.cluster_utils import Cluster
 
     os.environ["TIDAL_STORAGE"] = str(tmp_path_factory.mktemp("tidal-runs"))
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "num_gpus": 2})
-    cluster.add_node(num_cpus=2, num_gpus=2)
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "num_gpus": 2,
+                                                            "labels": {"tidal.io/pool": "training"}})
+    cluster.add_node(num_cpus=2, num_gpus=2, labels={"tidal.io/pool": "inference"})
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, log_to_driver=False)
     head = ray.get_runtime_context().get_node_id()

@@ -1,0 +1,127 @@
+"""Lending idle inference GPUs to training, in the simulator: no loans, Kueue-style evict-on-reclaim,
+and Tidal (predictive loans, least-cost shrinking reclaims).
+
+    python benchmarks/loan_compare.py --workload ../shared/traces/rubick/workload-base.csv \\
+        --traces ../shared/traces/rubick --serving ../shared/traces/azure-llm/AzureLLMInferenceTrace_conv.csv
+
+Rubick's training cluster (8 nodes × 8 GPUs, 60-s rounds, 260 s per start or change) plus an
+inference pool of 4 × 8 GPUs. Inference demand follows the serving trace: its arrivals
+time-scaled to span the workload (the no-loan run's makespan), under a diurnal envelope (one
+ebb and flow per day, or per span when the workload is shorter than a day), counted per 60-s
+interval and scaled so that the busiest interval needs all 32 inference GPUs at the SLO, with
+one replica's measured capacity (`tidal.serving.app.REPLICA_RPS`). All three arms run the same
+policy (`tidal.platform.policy.decide`); only the inference pool's loans differ
+(`tidal.sim.serving`).
+
+Prints each arm's metrics, then `loan_jct_speedup` (no-loan avg JCT ÷ Tidal's),
+`queue_speedup` (no-loan avg queueing ÷ Tidal's), `utilization_gain_points` (all 96 GPUs, Tidal
+minus no-loan, percentage points), `preemptions_per_job` of both loaning arms, and last
+`slo_violation_rate` (the share of requests over the SLO under Tidal). Writes
+`<out>/loan-<workload>-timeline.png` (inference pool: demand, replicas, GPUs lent).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from tidal.serving.app import REPLICA_RPS
+from tidal.serving.loans import LoanConfig
+from tidal.serving.traffic import Envelope, demand_series, read_arrivals
+from tidal.sim.serving import InferencePool, Mode
+from tidal.sim.simulator import POLICIES, SimConfig, SimResult, Simulator
+from tidal.sim.tables import Truth
+from tidal.sim.views import SimPlanner
+from tidal.sim.workload import read_workload
+
+ARMS: dict[str, Mode] = {"no_loan": "none", "evict": "evict", "tidal": "shrink"}
+COLUMNS = ("avg_jct_s", "avg_queue_s", "makespan_s", "gpu_util_all", "preemptions_per_job",
+           "slo_violation_rate", "lent_gpu_s")
+
+
+def timeline_png(results: dict[str, tuple[SimResult, Simulator]], path: Path, replica_rps: float) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(results), 1, figsize=(11, 2.6 * len(results)), sharex=True)
+    for ax, (name, (_, sim)) in zip(axes, results.items(), strict=True):
+        assert sim.serving is not None
+        tl = sim.serving.stats.timeline
+        t = [x[0] / 3600 for x in tl]
+        ax.step(t, [x[3] / replica_rps for x in tl], where="post", color="k", lw=0.8,
+                label="demand (replicas at the SLO)")
+        ax.step(t, [x[1] for x in tl], where="post", color="tab:blue", label="GPUs serving")
+        ax.fill_between(t, 0, [x[2] for x in tl], step="post", color="tab:orange", alpha=0.5,
+                        label="GPUs lent to training")
+        ax.set_ylabel(f"{name}\nGPUs")
+        ax.set_ylim(0, sim.serving.total + 1)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8, loc="upper left", ncol=3)
+    axes[-1].set_xlabel("time (h)")
+    fig.suptitle("Inference pool: demand, replicas, and GPUs lent to training")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workload", type=Path, required=True)
+    ap.add_argument("--traces", type=Path, required=True)
+    ap.add_argument("--serving", type=Path, required=True, help="an Azure LLM inference trace (CSV)")
+    ap.add_argument("--replica-rps", type=float, default=REPLICA_RPS)
+    ap.add_argument("--inference-nodes", type=int, default=4)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=Path("results"))
+    args = ap.parse_args(argv)
+    jobs = read_workload(args.workload)
+    arrivals = read_arrivals(args.serving)
+    truth = Truth(args.traces)
+    planner = SimPlanner(truth=truth, seed=args.seed)
+    cfg = SimConfig()
+    interval = cfg.round_s or 60.0
+    policy = POLICIES["tidal"]
+    t0 = time.time()
+    base = Simulator(jobs, truth, planner, policy, cfg).run()
+    span = max(j.finish for j in base.jobs)
+    print(f"no-loan training run: makespan {base.metrics['makespan_s']:,.0f} s ({time.time() - t0:.0f} s)",
+          flush=True)
+    pool_gpus = args.inference_nodes * 8
+    rates = demand_series(arrivals, span, interval, peak_rps=pool_gpus * args.replica_rps,
+                          envelope=Envelope(period_s=min(86_400.0, span)))
+    print(f"serving demand: {len(rates)} intervals, "
+          f"mean {rates.mean() / args.replica_rps:.1f} replicas, "
+          f"peak {rates.max() / args.replica_rps:.0f} "
+          f"(replica {args.replica_rps:g} req/s at the SLO)", flush=True)
+    results: dict[str, tuple[SimResult, Simulator]] = {}
+    for name, mode in ARMS.items():
+        t = time.time()
+        loan = LoanConfig(replica_rps=args.replica_rps, interval_s=interval, predictive=mode == "shrink")
+        pool = InferencePool(rates=tuple(float(r) for r in rates), loan=loan, mode=mode,
+                             nodes=args.inference_nodes)
+        sim = Simulator(jobs, truth, planner, policy, cfg, serving=pool)
+        results[name] = (sim.run(), sim)
+        print(f"simulated {name:<8} in {time.time() - t:.1f} s", flush=True)
+    print(f"\n{'arm':<9}" + "".join(f"{c:>21}" for c in COLUMNS))
+    for name, (r, _) in results.items():
+        print(f"{name:<9}" + "".join(f"{r.metrics[c]:>21,.4f}" for c in COLUMNS))
+    args.out.mkdir(parents=True, exist_ok=True)
+    png = args.out / f"loan-{args.workload.stem}-timeline.png"
+    timeline_png(results, png, args.replica_rps)
+    print(f"\nwrote {png}")
+    no, evict, tidal = (results[k][0].metrics for k in ARMS)
+    print(f"loan_jct_speedup: {no['avg_jct_s'] / tidal['avg_jct_s']:.3f}")
+    print(f"queue_speedup: {no['avg_queue_s'] / max(tidal['avg_queue_s'], 1e-9):.3f}")
+    print(f"utilization_gain_points: {100 * (tidal['gpu_util_all'] - no['gpu_util_all']):.2f}")
+    print(f"preemptions_per_job_evict: {evict['preemptions_per_job']:.3f}")
+    print(f"preemptions_per_job_tidal: {tidal['preemptions_per_job']:.3f}")
+    print(f"slo_violation_rate: {tidal['slo_violation_rate']:.4f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

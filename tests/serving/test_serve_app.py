@@ -1,0 +1,86 @@
+"""The GPT Serve application on a real local Ray cluster, over real HTTP: a Tidal job's checkpoint
+served on the inference pool's labelled node, bad input answered 400, and a replayed surge that
+Serve's autoscaler answers with a second replica and no failed request."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tidal.serving.app import BadRequest, parse_request
+
+VOCAB = "abc :\n"
+
+
+def test_parse_request_names_the_field() -> None:
+    assert parse_request({"prompt": "ab", "max_new_tokens": 3}, VOCAB) == ("ab", 3, 0)
+    for body, field in [([], "JSON object"), ({}, "prompt"), ({"prompt": "xyz"}, "vocabulary"),
+                        ({"prompt": "a", "max_new_tokens": 0}, "max_new_tokens"),
+                        ({"prompt": "a", "max_new_tokens": True}, "max_new_tokens"),
+                        ({"prompt": "a", "seed": "1"}, "seed")]:
+        with pytest.raises(BadRequest, match=field):
+            parse_request(body, VOCAB)
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(900)
+def test_serve_a_tidal_checkpoint_under_a_surge(ray_cluster: Any) -> None:
+    import ray
+    from ray import serve
+    from ray.util.state import list_actors
+
+    from tests.conftest import tiny_gpt_spec
+    from tidal import Plan, Resources, run
+    from tidal.serving.app import gpt_app
+    from tidal.serving.traffic import p99, post_json, replay
+
+    model = dict(seq_len=32, d_model=64, n_layer=2, n_head=4)
+    spec = tiny_gpt_spec(total_steps=10, checkpoint_every=10)
+    trained = run(spec, Plan(dp=1, micro_batch=8), Resources(num_workers=1, gpus_per_worker=1,
+                                                              node_ids=(ray_cluster.node_ids[0],)))
+    assert trained.finished and trained.checkpoint
+
+    port = 8431
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    try:
+        serve.run(gpt_app(checkpoint=trained.checkpoint, model=model, min_replicas=1, max_replicas=2,
+                          replica_rps=10.0, upscale_delay_s=1.0, downscale_delay_s=600.0),
+                  name="gpt", route_prefix="/gpt")
+        url = f"http://127.0.0.1:{port}/gpt"
+        status, out = post_json(url, {"prompt": "ROMEO:", "max_new_tokens": 8}, 30)
+        assert status == 200 and out is not None and len(out["completion"]) == 8 and out["step"] == 10
+        status, _ = post_json(url, {"prompt": "ROMEO:", "max_new_tokens": 10_000}, 30)
+        assert status == 400
+
+        def replicas() -> list[Any]:
+            return [a for a in list_actors(filters=[("state", "=", "ALIVE")])
+                    if "ServeReplica:gpt" in (a.class_name or "")]
+
+        inference_node = ray_cluster.node_ids[1]
+        assert [a.node_id for a in replicas()] == [inference_node]  # placed by the pool label
+
+        body = lambda i: {"prompt": "To be, or not", "max_new_tokens": 32, "seed": i}  # noqa: E731
+        rng = np.random.default_rng(0)
+        phases = {}
+        for name, rate, secs in (("before", 2.0, 6.0), ("surge", 60.0, 15.0), ("after", 2.0, 6.0)):
+            sched = np.cumsum(rng.exponential(1.0 / rate, size=int(rate * secs * 2)))
+            sent = replay(url, sched[sched < secs], body, max_s=secs, concurrency=48)
+            phases[name] = sent
+            if name == "surge":
+                deadline = time.time() + 30
+                while len(replicas()) < 2 and time.time() < deadline:
+                    time.sleep(0.5)
+                scaled = len(replicas())
+        for name, sent in phases.items():
+            lat = [s.latency_s for s in sent if s.status == 200]
+            print(f"{name:>6}: {len(sent)} requests, p99 {p99(lat):.3f} s, "
+                  f"errors {sum(s.status != 200 for s in sent)}")
+            assert sent and all(s.status == 200 for s in sent), f"{name}: a request failed"
+        assert scaled == 2, "Serve did not add a replica under the surge"
+        assert all(a.node_id == inference_node for a in replicas())
+    finally:
+        serve.shutdown()
+    assert ray.is_initialized()

@@ -1,0 +1,135 @@
+"""The inference side: a Ray Serve application that continues prompts with the repository's GPT,
+loaded from a Tidal checkpoint (the full fp32 weights any plan writes).
+
+    app = gpt_app(checkpoint="~/.cache/tidal/runs/<run>/step_00000300", model=dict(d_model=64, ...))
+    serve.run(app, name="gpt", route_prefix="/gpt")
+    # POST /gpt  {"prompt": "ROMEO:", "max_new_tokens": 32, "seed": 0}
+    #        →   {"completion": "...", "tokens": 32, "step": 300}
+
+Each replica asks for one GPU (`num_gpus=1`: logical GPUs on CPU machines) and, through a Ray
+label selector, a node of the inference pool (`tidal.io/pool=inference`, set by `ray start
+--labels` or the cluster launcher's node types). A request that is not valid JSON, has no
+`prompt` string, uses characters outside the model's vocabulary, or asks for more than
+`MAX_NEW_TOKENS` is answered 400 with one line naming the field; no request reaches the model
+unchecked.
+
+**Autoscaling** is Serve's own, on ongoing requests: `target_ongoing_requests` per replica is
+chosen from the latency SLO and one replica's measured capacity (Little's law: a replica that
+serves `REPLICA_RPS` requests/s within the SLO holds on average `REPLICA_RPS · mean latency`
+requests in flight). The loan manager (`tidal.serving.loans`) lends the GPUs these replicas do
+not need.
+
+`REPLICA_RPS` is one replica's measured capacity at the SLO on this repository's CPU machines
+(benchmarks/serve_capacity.py: the highest offered rate whose p99 stays within `SLO_P99_S`); the
+simulator (`benchmarks/loan_compare.py`) uses it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+POOL_LABEL = "tidal.io/pool"
+SLO_P99_S = 0.1  # the deployment's latency SLO: p99 of a 16-token continuation
+MAX_NEW_TOKENS = 64
+# benchmarks/serve_capacity.py on a 2-core CPU machine (d_model 64, 2 layers, 16 tokens): 40 req/s
+# within the SLO in two runs (60 req/s once within, once at p99 0.127 s: the replayer shares the cores)
+REPLICA_RPS = 40.0
+
+
+class BadRequest(ValueError):
+    """A request the model cannot answer: 400 with this message."""
+
+
+def parse_request(body: Any, vocab: str) -> tuple[str, int, int]:
+    """(prompt, max_new_tokens, seed) of a request body, or BadRequest naming the field."""
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object")
+    prompt = body.get("prompt")
+    if not isinstance(prompt, str) or not prompt:
+        raise BadRequest("prompt: a non-empty string is required")
+    bad = sorted(set(prompt) - set(vocab))
+    if bad:
+        raise BadRequest(f"prompt: characters outside the model's vocabulary: {''.join(bad)!r}")
+    n = body.get("max_new_tokens", 16)
+    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_NEW_TOKENS:
+        raise BadRequest(f"max_new_tokens: an integer from 1 to {MAX_NEW_TOKENS}")
+    seed = body.get("seed", 0)
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise BadRequest("seed: an integer")
+    return prompt, n, seed
+
+
+class GPTServer:
+    """One replica: the model in eval mode on this replica's device."""
+
+    def __init__(self, checkpoint: str | None, model: dict[str, Any]) -> None:
+        import torch
+
+        from tidal.jobs.checkpoint import TrainState
+        from tidal.jobs.data import load_shakespeare
+        from tidal.jobs.reference import load_model, shakespeare_gpt
+
+        torch.set_num_threads(1)
+        self.spec = shakespeare_gpt(**model)
+        self.corpus = load_shakespeare()
+        if checkpoint:
+            state = TrainState.load(checkpoint)
+            self.model = load_model(self.spec, state.params)
+            self.step = state.step
+        else:  # untrained weights: the deployment still works (capacity measurements)
+            self.model = self.spec.model().eval()
+            self.step = 0
+        self.vocab = self.corpus.vocab
+
+    async def __call__(self, request: Any) -> Any:
+        from starlette.responses import JSONResponse
+
+        try:
+            body = await request.json()
+        except Exception:
+            return JSONResponse({"error": "the body is not valid JSON"}, status_code=400)
+        try:
+            prompt, n, seed = parse_request(body, self.vocab)
+        except BadRequest as e:
+            return JSONResponse({"error": str(e)}, status_code=400)
+        return self.complete(prompt, n, seed)
+
+    def complete(self, prompt: str, n: int, seed: int) -> dict[str, Any]:
+        from tidal.jobs.reference import generate
+
+        t = time.perf_counter()
+        text = generate(self.model, self.corpus, prompt, n, seed=seed)
+        return {"completion": text[len(prompt):], "tokens": n, "step": self.step,
+                "seconds": time.perf_counter() - t}
+
+
+def target_ongoing(replica_rps: float = REPLICA_RPS, slo_s: float = SLO_P99_S) -> float:
+    """Requests in flight per replica at capacity (Little's law, latency ≈ half the p99 SLO)."""
+    return max(1.0, replica_rps * slo_s / 2)
+
+
+def gpt_app(*, checkpoint: str | None = None, model: dict[str, Any] | None = None, min_replicas: int = 1,
+            max_replicas: int = 4, pool: str | None = "inference", num_cpus: float = 0.5,
+            replica_rps: float = REPLICA_RPS, slo_s: float = SLO_P99_S,
+            upscale_delay_s: float = 2.0, downscale_delay_s: float = 30.0) -> Any:
+    """The Serve application (bind it with `serve.run`)."""
+    from ray import serve
+
+    if not 0 <= min_replicas <= max_replicas:
+        raise ValueError(f"replicas: need 0 <= min_replicas ({min_replicas}) "
+                         f"<= max_replicas ({max_replicas})")
+    actor: dict[str, Any] = {"num_gpus": 1, "num_cpus": num_cpus}
+    if pool:
+        actor["label_selector"] = {POOL_LABEL: pool}
+    dep = serve.deployment(GPTServer, name="gpt", ray_actor_options=actor,
+                           max_ongoing_requests=max(4, math.ceil(2 * target_ongoing(replica_rps, slo_s))),
+                           autoscaling_config={
+                               "min_replicas": min_replicas, "max_replicas": max_replicas,
+                               "initial_replicas": max(1, min_replicas),
+                               "target_ongoing_requests": target_ongoing(replica_rps, slo_s),
+                               "upscale_delay_s": upscale_delay_s, "downscale_delay_s": downscale_delay_s,
+                               "look_back_period_s": 2.0,
+                           })
+    return dep.bind(checkpoint, dict(model or {}))  # type: ignore[attr-defined]
