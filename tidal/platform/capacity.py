@@ -1,0 +1,67 @@
+"""What each node offers Tidal now: the real cluster in the policy's snapshot. A pure builder.
+
+Ray reports per node its total and its *available* resources (`ray.nodes()`,
+`ray._private.state.available_resources_per_node()`) and its labels. What Tidal may use is what
+is free plus what Tidal's own runs hold there, never more than the node has:
+
+    offer_n(r) = min(total_n(r), available_n(r) + tidal_n(r))     for r in GPU, CPU, memory
+
+so anything else on the node — Serve's replicas, another Ray job's actors, a placement group
+left behind — is invisible capacity, not Tidal's. The node label `tidal.io/pool` names its pool
+(`training` when absent). A node of the inference pool offers training only the GPUs the loan
+manager lends there (`lent`, `tidal.serving.loans.lend_by_node`), never more than are free of
+Serve's replicas, and marks them `recallable`; with no loan it offers none.
+
+The tests call it on recorded states. Not yet wired: the scheduler's `_nodes()` still reports each
+node's totals; calling this from it needs the profile reservations counted once (a running
+profile's workers are already missing from `available`) and a loan source for inference nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tidal.platform.policy import Node
+
+POOL_LABEL = "tidal.io/pool"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Held:
+    """What Tidal's own runs (and profile reservations) hold on one node."""
+
+    gpus: float = 0.0
+    cpus: float = 0.0
+    memory: float = 0.0
+
+
+def build_nodes(ray_nodes: list[Mapping[str, Any]], available: Mapping[str, Mapping[str, float]],
+                held: Mapping[str, Held], lent: Mapping[str, int] | None = None,
+                recall_risk: float = 1.0) -> list[Node]:
+    """`ray_nodes`: `ray.nodes()` entries (NodeID, Alive, Resources, Labels); `available`:
+    available resources per node id; `held`: Tidal's holdings per node id; `lent`: inference
+    GPUs lent per node id (module docstring). Nodes without GPUs are left out."""
+    out = []
+    for n in ray_nodes:
+        total = n.get("Resources") or {}
+        if not n.get("Alive") or total.get("GPU", 0) < 1:
+            continue
+        nid = n["NodeID"]
+        free = available.get(nid, {})
+        h = held.get(nid, Held())
+
+        def offer(key: str, mine: float, total: Mapping[str, Any] = total,
+                  free: Mapping[str, Any] = free) -> float:
+            return min(float(total.get(key, 0.0)), float(free.get(key, 0.0)) + mine)
+
+        gpus = int(offer("GPU", h.gpus) + 1e-9)
+        pool = (n.get("Labels") or {}).get(POOL_LABEL, "training")
+        if pool == "inference":
+            gpus = min(gpus, int((lent or {}).get(nid, 0)))
+        out.append(Node(node_id=nid, gpus=gpus, cpus=offer("CPU", h.cpus),
+                        memory=offer("memory", h.memory) if "memory" in total else 1e18,
+                        pool="inference" if pool == "inference" else "training",
+                        recallable=pool == "inference", recall_risk=recall_risk))
+    return sorted(out, key=lambda x: x.node_id)
