@@ -169,7 +169,7 @@ class ServingSim:
         per_node = tuple(g for _, g in alloc.gpus_by_node)
         job.rate = 1.0 / self.iter_time(job, alloc.plan, per_node)
         job.blocked_until = t + self.restart_s
-        job.restarts += 1
+        job.recalls += 1  # forced by Serve: not counted against the policy's restart limit
         result.actions.append((t, "launch", jid, alloc.gpus_by_node, alloc.plan.short()))
         result.timeline.append((t, jid, alloc.gpus))
 

@@ -107,7 +107,8 @@ class _Job:
     blocked_until: float = 0.0
     started: float | None = None
     finished: float | None = None
-    restarts: int = 0
+    restarts: int = 0  # the policy's own (what its restart limit counts)
+    recalls: int = 0  # restarts forced by a reclaim of lent GPUs (tidal.sim.serving)
     attained: float = 0.0
     violation_s: float = 0.0
 
@@ -274,7 +275,7 @@ class Simulator:
             self._fastest[app] = self.truth.fastest(app, self.cfg.nodes * self.cfg.gpus_per_node)
         assert job.started is not None and job.finished is not None
         return JobRecord(name=job.spec.name, app=app, submit=job.spec.submit, start=job.started,
-                         finish=job.finished, restarts=job.restarts, steps=job.spec.steps,
+                         finish=job.finished, restarts=job.restarts + job.recalls, steps=job.spec.steps,
                          isolated_s=self.cfg.restart_s + job.spec.steps * self._fastest[app],
                          violation_s=job.violation_s)
 
