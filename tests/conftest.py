@@ -15,9 +15,8 @@ os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
 
 @pytest.fixture(scope="session")
 def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """Two Ray nodes on this machine, 2 logical CPUs and 2 logical GPUs each: the head in the
-    training pool, the other in the inference pool (the `tidal.io/pool` node label, which Serve's
-    replicas select; training runs are not restricted by it).
+    """Two Ray nodes on this machine, 2 logical CPUs and 2 logical GPUs each, both in the
+    training pool (node label `tidal.io/pool`). `inference_node` adds a third for the serving tests.
 
     Yields the `ray.cluster_utils.Cluster`; its `node_ids` attribute lists the node ids, head
     first. (2 physical cores here: the logical CPUs only keep actors schedulable.)
@@ -28,7 +27,7 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     os.environ["TIDAL_STORAGE"] = str(tmp_path_factory.mktemp("tidal-runs"))
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "num_gpus": 2,
                                                             "labels": {"tidal.io/pool": "training"}})
-    cluster.add_node(num_cpus=2, num_gpus=2, labels={"tidal.io/pool": "inference"})
+    cluster.add_node(num_cpus=2, num_gpus=2, labels={"tidal.io/pool": "training"})
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, log_to_driver=False)
     head = ray.get_runtime_context().get_node_id()
@@ -37,6 +36,19 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     yield cluster
     ray.shutdown()
     cluster.shutdown()
+
+
+@pytest.fixture(scope="session")
+def inference_node(ray_cluster: Any) -> str:
+    """A node of the inference pool (label `tidal.io/pool=inference`, 4 logical GPUs, 2 CPUs) added
+    to the session's cluster for the serving tests (they run after the scheduler's); its id."""
+    import ray
+
+    before = {n["NodeID"] for n in ray.nodes()}
+    ray_cluster.add_node(num_cpus=2, num_gpus=4, labels={"tidal.io/pool": "inference"})
+    ray_cluster.wait_for_nodes()
+    (nid,) = [n["NodeID"] for n in ray.nodes() if n["Alive"] and n["NodeID"] not in before]
+    return str(nid)
 
 
 def tiny_gpt_spec(**overrides: Any) -> Any:

@@ -27,7 +27,7 @@ def test_parse_request_names_the_field() -> None:
 
 @pytest.mark.integration
 @pytest.mark.timeout(900)
-def test_serve_a_tidal_checkpoint_under_a_surge(ray_cluster: Any) -> None:
+def test_serve_a_tidal_checkpoint_under_a_surge(ray_cluster: Any, inference_node: str) -> None:
     import ray
     from ray import serve
     from ray.util.state import list_actors
@@ -59,7 +59,6 @@ def test_serve_a_tidal_checkpoint_under_a_surge(ray_cluster: Any) -> None:
             return [a for a in list_actors(filters=[("state", "=", "ALIVE")])
                     if "ServeReplica:gpt" in (a.class_name or "")]
 
-        inference_node = ray_cluster.node_ids[1]
         assert [a.node_id for a in replicas()] == [inference_node]  # placed by the pool label
 
         body = lambda i: {"prompt": "To be, or not", "max_new_tokens": 32, "seed": i}  # noqa: E731

@@ -146,6 +146,15 @@ def format_status(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def format_pools(loans: dict[str, Any]) -> str:
+    """The pools line of `tidal status`: the inference pool's GPUs, Serve's replicas, the loan."""
+    if not loans:
+        return "pools: training only (no node labelled tidal.io/pool=inference)"
+    return (f"pools: inference {loans['pool_gpus']} GPUs, Serve wants {loans['serve_replicas']:.0f} "
+            f"replicas (forecast {loans['forecast']:.1f}); lendable {loans['lendable']}, "
+            f"lent to training {loans['held']}")
+
+
 @contextlib.contextmanager
 def _one_line_errors() -> Iterator[None]:
     """The scheduler's answers to bad input (an unknown job id, a rejected spec) as one line, not
@@ -170,8 +179,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     from tidal.platform import sdk
 
     _join()
-    rows = _get(sdk.connect().status.remote(args.job))
+    actor = sdk.connect()
+    rows = _get(actor.status.remote(args.job))
     print(format_status(rows))
+    if not args.job:
+        print(format_pools(_get(actor.pools.remote())))
     return 0
 
 

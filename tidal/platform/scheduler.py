@@ -44,13 +44,16 @@ from typing import Any
 
 import ray
 
+from tidal.autoscaler.reclaim import Borrower, choose_reclaim
 from tidal.jobs.checkpoint import read_meta, read_metrics
 from tidal.jobs.runner import Resources, RunHandle, launch, storage_root
 from tidal.jobs.spec import JobSpec, Plan, SpecError
+from tidal.platform.capacity import POOL_LABEL, Held, build_nodes
 from tidal.platform.controller import ActionRecord, Phase, reconcile_step
 from tidal.platform.policy import Allocation, JobView, Node, Option, PolicyConfig, Snapshot
 from tidal.platform.reservations import Reservation, reserve, without
 from tidal.platform.store import JobRecord, JobState, Store, state_dir
+from tidal.serving.loans import LoanConfig, decide_loan, lend_by_node
 
 log = logging.getLogger("tidal.scheduler")
 LOG_LIMIT = 10_000  # entries kept of the actor's action and placement logs
@@ -81,6 +84,11 @@ class SchedulerConfig:
     restart_cost_s: float = 30.0
     max_failures: int = 1  # Ray Train restarts a crashed worker group from its last checkpoint
     policy: PolicyConfig = field(default_factory=PolicyConfig)
+    # the loan manager, in Serve replicas (one GPU each) per tick: replica_rps=1 makes its rates
+    # replica counts; lead_s: checkpoint + stop + a replica's start
+    loans: LoanConfig = field(default_factory=lambda: LoanConfig(replica_rps=1.0, interval_s=2.0, lead_s=15.0,
+                                                                 window=15, min_replicas=0))
+    release_grace_s: float = 20.0  # a stopped run's GPUs count as Tidal's this long (Ray frees them late)
 
 
 def _run_checkpoints(run_id: str | None) -> tuple[str | None, int, list[dict[str, Any]]]:
@@ -113,6 +121,11 @@ class _Metrics:
         self.sps = Gauge("tidal_job_samples_per_s", "Throughput of a Tidal job, predicted and measured",
                          tag_keys=("job", "kind"))
         self.changes = Counter("tidal_plan_changes", "Reconfigurations of running jobs", tag_keys=("job",))
+        self.pool_gpus = Gauge("tidal_pool_gpus",
+                               "GPUs per pool: total, lendable (inference), lent to training",
+                               tag_keys=("pool", "kind"))
+        self.reclaims = Counter("tidal_reclaims", "Jobs stopped to give lent GPUs back to Serve",
+                                tag_keys=("job",))
 
     def update(self, recs: list[JobRecord]) -> None:
         for state in JobState:
@@ -141,6 +154,9 @@ class Scheduler:
         self.events: deque[str] = deque(maxlen=200)
         self.action_log: deque[ActionRecord] = deque(maxlen=LOG_LIMIT)
         self.metrics = _Metrics()
+        self.demand: deque[float] = deque(maxlen=120)  # Serve's wanted replicas, one per tick
+        self.released: deque[tuple[float, tuple[tuple[str, int], ...]]] = deque(maxlen=1000)
+        self.loan_state: dict[str, Any] = {}
         self._recover()
         self._wake = threading.Event()
         threading.Thread(target=self._loop, name="tidal-reconcile", daemon=True).start()
@@ -267,7 +283,7 @@ class Scheduler:
         from tidal.planner.planner import best_plan, packed, require_feasible, score
         from tidal.planner.profiler import profile
 
-        nodes = self._nodes()
+        nodes = self._cluster_nodes()
         if not nodes:
             raise SpecError("cluster", "the Ray cluster has no node with GPUs")
         per_node = max(n.gpus for n in nodes)
@@ -347,7 +363,7 @@ class Scheduler:
             raise SpecError("options", "must be a non-empty sequence of tidal.platform.policy.Option")
         if any(a.gpus >= b.gpus for a, b in itertools.pairwise(options)):
             raise SpecError("options", "GPU counts must increase from one option to the next")
-        total = sum(n.gpus for n in self._nodes())
+        total = sum(n.gpus for n in self._cluster_nodes())
         for o in options:
             spec.check_plan(o.plan)  # PlanError naming the plan if the job cannot run it
             if o.plan.num_gpus != o.gpus or o.samples_per_s <= 0:
@@ -365,7 +381,9 @@ class Scheduler:
             guarantee = match[0].samples_per_s
         return options, guarantee
 
-    def _nodes(self) -> list[Node]:
+    def _cluster_nodes(self) -> list[Node]:
+        """Every alive node with GPUs at its full size: what a job may ever get (admission and
+        planning; the policy's snapshot sees `_nodes`)."""
         out = []
         for n in ray.nodes():
             res = n.get("Resources", {})
@@ -373,6 +391,94 @@ class Scheduler:
                 out.append(Node(node_id=n["NodeID"], gpus=int(res["GPU"]), cpus=float(res.get("CPU", 0)),
                                 memory=float(res.get("memory", 1e18))))
         return sorted(out, key=lambda n: n.node_id)
+
+    def _nodes(self, lent: dict[str, int] | None = None) -> list[Node]:
+        """What each node offers Tidal now (`tidal.platform.capacity.build_nodes`): free capacity
+        plus what Tidal's runs hold (and, for `release_grace_s`, what runs that just ended held:
+        Ray frees a finished run's placement group a little later), inference nodes only what is
+        lent. With `lent` None, inference nodes offer what the last loan step lent."""
+        from ray._private.state import available_resources_per_node
+
+        held: dict[str, Held] = {}
+
+        def add(nid: str, g: float) -> None:
+            h = held.get(nid, Held())
+            held[nid] = Held(gpus=h.gpus + g, cpus=h.cpus + g * self.cfg.cpus_per_worker)
+
+        for r in self.store.all():
+            if r.state in (JobState.RUNNING, JobState.STOPPING):
+                for nid, g in r.allocation or []:
+                    add(nid, float(g))
+        now = time.time()
+        for t, alloc in self.released:
+            if now - t < self.cfg.release_grace_s:
+                for nid, g in alloc:
+                    add(nid, float(g))
+        risk = float(self.loan_state.get("risk", 1.0))
+        return build_nodes(ray.nodes(), available_resources_per_node(), held,
+                           self.loan_state.get("lent", {}) if lent is None else lent, recall_risk=risk)
+
+    def _loan_step(self, recs: list[JobRecord]) -> None:
+        """The loan manager's tick: Serve's demand → lendable inference GPUs → reclaims.
+
+        Serve's wanted replicas (`tidal.serving.demand`) join the history; the loan decision
+        (`tidal.serving.loans.decide_loan`, a forecast over the reclaim lead time) says how many
+        inference GPUs training may hold. If Tidal's jobs hold more, the least-cost reclaim
+        (`tidal.autoscaler.reclaim.choose_reclaim`) names the jobs to stop at their next step
+        boundary with a checkpoint; the policy relaunches them on what is left. While a job is
+        still stopping nothing more is reclaimed (its GPUs are on their way back)."""
+        from tidal.serving.demand import current_demand
+
+        pool = {n["NodeID"]: int(n["Resources"].get("GPU", 0)) for n in ray.nodes()
+                if n.get("Alive") and (n.get("Labels") or {}).get(POOL_LABEL) == "inference"
+                and n["Resources"].get("GPU", 0) >= 1}
+        if not pool:
+            self.loan_state = {}
+            return
+        self.demand.append(float(current_demand()))
+        total = sum(pool.values())
+        decision = decide_loan(list(self.demand), total, self.cfg.loans)
+        held: dict[str, int] = {}
+        for r in recs:
+            if r.state in (JobState.RUNNING, JobState.STOPPING):
+                for nid, g in r.allocation or []:
+                    if nid in pool:
+                        held[nid] = held.get(nid, 0) + int(g)
+        need = sum(held.values()) - decision.lendable
+        stopping = any(r.state is JobState.STOPPING for r in recs)
+        if need > 0 and not stopping:
+            borrowers = []
+            for r in recs:
+                lent = tuple((nid, int(g)) for nid, g in r.allocation or [] if nid in pool)
+                if r.state is not JobState.RUNNING or not lent or r.job_id not in self.handles:
+                    continue
+                options = pickle.loads(r.options)[0]
+                gpus = sum(int(g) for _, g in r.allocation or [])
+                borrowers.append(Borrower(job_id=r.job_id, gpus=gpus, lent_by_node=lent,
+                                          options=tuple(o.gpus for o in options),
+                                          restart_s=self.cfg.restart_cost_s or 30.0))
+            for pick in choose_reclaim(borrowers, need):
+                self.handles[pick.job_id].stop()
+                self.store.update(pick.job_id, state=JobState.STOPPING)
+                self.metrics.reclaims.inc(tags={"job": pick.job_id})
+                self._log_action("stop", pick.job_id, [(n, int(g)) for n, g in
+                                                       self.store.get(pick.job_id).allocation or []], "")
+                self._event(f"{pick.job_id} reclaim: Serve wants {self.demand[-1]:.0f} replicas, "
+                            f"{decision.lendable} GPUs lendable; gives back {dict(pick.freed_by_node)}, "
+                            f"resumes on {pick.keep_gpus or 'no'} GPUs")
+        lendable = max(0, min(decision.lendable, total))
+        lent_by_node = lend_by_node(pool, lendable, held)
+        self.loan_state = {"lent": lent_by_node, "lendable": lendable, "pool_gpus": total,
+                           "serve_replicas": self.demand[-1], "forecast": decision.forecast_rps,
+                           "risk": max(0.1, decision.replicas / total) if total else 1.0,
+                           "held": sum(held.values())}
+        self.metrics.pool_gpus.set(total, tags={"pool": "inference", "kind": "total"})
+        self.metrics.pool_gpus.set(lendable, tags={"pool": "inference", "kind": "lendable"})
+        self.metrics.pool_gpus.set(sum(held.values()), tags={"pool": "inference", "kind": "lent"})
+
+    def pools(self) -> dict[str, Any]:
+        """The inference pool's loan state (total, lendable and lent GPUs, Serve's replicas)."""
+        return dict(self.loan_state)
 
     def _collect(self) -> None:
         for jid, h in list(self.handles.items()):
@@ -383,6 +489,7 @@ class Scheduler:
                 continue
             del self.handles[jid]
             rec = self.store.get(jid)
+            self.released.append((time.time(), tuple((n, int(g)) for n, g in rec.allocation or [])))
             try:
                 r = h.result()
             except Exception as e:  # the training function raised: this job fails alone
@@ -432,6 +539,8 @@ class Scheduler:
             everything = self.store.all()
             self.metrics.update(everything)
             recs = [r for r in everything if not r.state.terminal]
+            self._loan_step(recs)
+            recs = [r for r in self.store.all() if not r.state.terminal]
             nodes = without(self._nodes(), [p.reservation for p in self.profiling.values() if p.reservation])
             if not recs or not nodes:
                 return

@@ -1,0 +1,150 @@
+"""Lending on a real local Ray cluster: a training job runs on inference GPUs that Serve does not
+need; a surge replayed over HTTP makes Serve want them; the scheduler's loan step takes them back
+by stopping the job at a step boundary with a checkpoint; Serve's replicas start on the freed
+GPUs; the job goes on on fewer workers with the loss curve of an uninterrupted run."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def _wait(pred: Any, what: str, timeout: float) -> None:
+    deadline = time.time() + timeout
+    while not pred():
+        assert time.time() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.25)
+
+
+@pytest.mark.timeout(1200)
+def test_lent_gpus_go_back_to_serve_on_a_surge(ray_cluster: Any, inference_node: str, tmp_path: Path) -> None:
+    import ray
+    from ray import serve
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from tests.conftest import tiny_gpt_spec
+    from tidal.jobs import Plan
+    from tidal.jobs.runner import Resources, launch
+    from tidal.platform import sdk
+    from tidal.platform.cli import format_pools
+    from tidal.platform.policy import Option, PolicyConfig
+    from tidal.platform.scheduler import SchedulerConfig
+    from tidal.serving.app import gpt_app
+    from tidal.serving.demand import replicas_wanted
+    from tidal.serving.loans import LoanConfig
+    from tidal.serving.traffic import p99, replay
+
+    # something else holds 2 of the training pool's 4 GPUs: Tidal may use the other 2 only
+    @ray.remote(num_gpus=1, num_cpus=0)
+    class Other:
+        def ping(self) -> int:
+            return 1
+
+    head = ray_cluster.node_ids[0]
+    others = [Other.options(scheduling_strategy=NodeAffinitySchedulingStrategy(head, soft=False)).remote()
+              for _ in range(2)]
+    ray.get([o.ping.remote() for o in others])
+
+    port = 8432
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    scheduler = None
+    try:
+        serve.run(gpt_app(model=dict(seq_len=32, d_model=64, n_layer=2, n_head=4), min_replicas=1,
+                          max_replicas=4, replica_rps=2.0, upscale_delay_s=1.0, downscale_delay_s=900.0),
+                  name="gpt", route_prefix="/gpt")
+        cfg = SchedulerConfig(tick_s=1.0, state_path=str(tmp_path / "tidal.sqlite"), restart_cost_s=0.0,
+                              cpus_per_worker=0.25, policy=PolicyConfig(aging_s=1e6),
+                              loans=LoanConfig(replica_rps=1.0, interval_s=1.0, lead_s=5.0, window=10,
+                                               min_replicas=0))
+        scheduler = sdk.connect(cfg)
+        spec = tiny_gpt_spec(name="on-loan", total_steps=160, max_gpus=4, checkpoint_every=10)
+        options = tuple(Option(gpus=n, plan=Plan(dp=n, zero_stage=1, micro_batch=8 // n),
+                               samples_per_s=100.0 * n) for n in (1, 2, 4))
+        job = sdk.JobHandle(ray.get(scheduler.submit.remote(spec, options)), scheduler)
+        _wait(lambda: job.status()["state"] == "RUNNING" and job.status()["step"] >= 20,
+              "the job to run", 300)
+        st = job.status()
+        assert st["gpus"] == 4 and inference_node in st["nodes"], (
+            st, ray.get(scheduler.recent_events.remote()))
+        print(format_pools(ray.get(scheduler.pools.remote())))
+
+        url = f"http://127.0.0.1:{port}/gpt"
+        body = lambda i: {"prompt": "To be, or not", "max_new_tokens": 32, "seed": i}  # noqa: E731
+        rng = np.random.default_rng(0)
+
+        def traffic(rate: float, secs: float) -> list[Any]:
+            sched = np.cumsum(rng.exponential(1.0 / rate, size=int(rate * secs * 2)))
+            return replay(url, sched[sched < secs], body, max_s=secs, concurrency=64, timeout_s=120)
+
+        before = traffic(2.0, 5.0)
+        # the surge, with the GPUs' return timed from a second thread
+        import threading
+
+        marks: dict[str, float] = {}
+
+        def watch() -> None:
+            t_end = time.time() + 90
+            while time.time() < t_end:
+                status = serve.status()
+                want = replicas_wanted(status)
+                running = sum(int(n) for app in status.applications.values()
+                              for d in app.deployments.values()
+                              for s, n in d.replica_states.items()
+                              if str(getattr(s, "value", s)) == "RUNNING")
+                if want >= 4 and "want" not in marks:
+                    marks["want"] = time.time()
+                if running >= 4 and "want" in marks:
+                    marks["back"] = time.time()
+                    return
+                time.sleep(0.2)
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        surge = traffic(40.0, 25.0)
+        watcher.join()
+        after = traffic(2.0, 5.0)
+        for name, sent in (("before", before), ("surge", surge), ("after", after)):
+            lat = [s.latency_s for s in sent if s.status == 200]
+            print(f"{name:>6}: {len(sent)} requests, p99 {p99(lat):.3f} s, "
+                  f"failed {sum(s.status != 200 for s in sent)}")
+            assert sent and all(s.status == 200 for s in sent), f"{name}: a request failed"
+        events = ray.get(scheduler.recent_events.remote())
+        print("\n".join(events))
+        print({k: time.strftime("%H:%M:%S", time.localtime(v)) + f".{int(v % 1 * 10)}"
+               for k, v in marks.items()})
+        assert "back" in marks, f"Serve's 4 replicas never ran: {marks}; {events}"
+        took = marks["back"] - marks["want"]
+        print(f"lent GPUs back to Serve: {took:.1f} s after it wanted them")
+        # the goal is 15 s (measured 14.6 s and 19.0 s here: the surge saturates both cores, and
+        # the job's stop and the replicas' start share them); this guards against a reclaim path
+        # that waits for a tick, a timeout or the job's end
+        assert took <= 30.0, events
+        assert any("reclaim" in e for e in events), events
+        print(format_pools(ray.get(scheduler.pools.remote())))
+
+        final = job.wait(timeout=900, poll_s=2)
+        assert final["state"] == "SUCCEEDED", (final, events)
+        assert final["restarts"] >= 1
+        curve = job.logs()
+        plans = {m.get("plan") for m in curve}
+        print("plans the job ran:", sorted(str(p) for p in plans))
+    finally:
+        serve.shutdown()
+        if scheduler is not None:
+            ray.kill(scheduler, no_restart=True)
+        for o in others:
+            ray.kill(o)
+    # the job after the reclaim ran on the training pool's 2 GPUs; its curve equals an
+    # uninterrupted run's
+    whole = launch(spec, Plan(dp=2, zero_stage=1, micro_batch=4),
+                   Resources(num_workers=2, gpus_per_worker=1)).result(timeout=900)
+    assert [m["step"] for m in curve] == list(range(1, spec.total_steps + 1))
+    rel = [abs(x - m["loss"]) / x for x, m in zip(whole.losses, curve, strict=True)]
+    print(f"largest relative loss gap to the uninterrupted run: {max(rel):.2e}")
+    assert max(rel) <= 1e-3
