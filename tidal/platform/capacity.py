@@ -12,9 +12,10 @@ left behind — is invisible capacity, not Tidal's. The node label `tidal.io/poo
 manager lends there (`lent`, `tidal.serving.loans.lend_by_node`), never more than are free of
 Serve's replicas, and marks them `recallable`; with no loan it offers none.
 
-The tests call it on recorded states. Not yet wired: the scheduler's `_nodes()` still reports each
-node's totals; calling this from it needs the profile reservations counted once (a running
-profile's workers are already missing from `available`) and a loan source for inference nodes.
+The live scheduler calls it on what Ray reports (`Scheduler._nodes`, with the loan step's `lent`);
+the tests call it on recorded states. Profile reservations are subtracted after it
+(`tidal.platform.reservations.without`), so a profile that already runs counts twice for its
+few seconds: conservative.
 """
 
 from __future__ import annotations
