@@ -151,6 +151,7 @@ class ServingSim:
             ran = max(0.0, t - job.blocked_until)
             job.iters = max(0.0, job.iters - job.rate * (ran % self.pool.ckpt_interval_s))
         if r.keep_gpus == 0:
+            job.evicted = True  # its relaunch counts as a recall, not against the restart limit
             job.phase, job.alloc, job.rate = Phase.QUEUED, None, 0.0
             result.timeline.append((t, jid, 0))
             return

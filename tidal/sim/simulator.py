@@ -109,6 +109,7 @@ class _Job:
     finished: float | None = None
     restarts: int = 0  # the policy's own (what its restart limit counts)
     recalls: int = 0  # restarts forced by a reclaim of lent GPUs (tidal.sim.serving)
+    evicted: bool = False  # stopped by a reclaim, not relaunched yet
     attained: float = 0.0
     violation_s: float = 0.0
 
@@ -232,6 +233,9 @@ class Simulator:
                 job.blocked_until = t + self.cfg.restart_s
                 if job.started is None:
                     job.started = t
+                elif job.evicted:  # relaunched after a reclaim evicted it: Serve's restart, not the policy's
+                    job.recalls += 1
+                    job.evicted = False
                 else:
                     job.restarts += 1
                 result.actions.append((t, "launch", jid, alloc.gpus_by_node, alloc.plan.short()))
