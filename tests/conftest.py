@@ -38,17 +38,18 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     cluster.shutdown()
 
 
-@pytest.fixture(scope="session")
-def inference_node(ray_cluster: Any) -> str:
+@pytest.fixture(scope="module")
+def inference_node(ray_cluster: Any) -> Iterator[str]:
     """A node of the inference pool (label `tidal.io/pool=inference`, 4 logical GPUs, 2 CPUs) added
-    to the session's cluster for the serving tests (they run after the scheduler's); its id."""
+    to the session's cluster for one module of serving tests and removed after it; its id."""
     import ray
 
     before = {n["NodeID"] for n in ray.nodes()}
-    ray_cluster.add_node(num_cpus=2, num_gpus=4, labels={"tidal.io/pool": "inference"})
+    node = ray_cluster.add_node(num_cpus=2, num_gpus=4, labels={"tidal.io/pool": "inference"})
     ray_cluster.wait_for_nodes()
     (nid,) = [n["NodeID"] for n in ray.nodes() if n["Alive"] and n["NodeID"] not in before]
-    return str(nid)
+    yield str(nid)
+    ray_cluster.remove_node(node)
 
 
 def tiny_gpt_spec(**overrides: Any) -> Any:

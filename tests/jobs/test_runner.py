@@ -137,3 +137,24 @@ def test_autolrs_job_resumes_its_stage_on_another_worker_count(ray_cluster: Any)
     db = storage_root() / "autolrs" / "autolrs-ray-test.sqlite"
     studies = optuna.get_all_study_summaries(f"sqlite:///{db}")
     assert len(studies) == len(history) and all(s.n_trials == 3 for s in studies)
+
+
+class NanAfter:
+    """A loss that turns NaN after `n` calls in a process (the profiles of a job would pass)."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.calls = n, 0
+
+    def __call__(self, model: Any, batch: Any) -> Any:
+        from tidal.jobs.models import lm_loss
+
+        self.calls += 1
+        loss = lm_loss(model, batch)
+        return loss * float("nan") if self.calls > self.n else loss
+
+
+@pytest.mark.integration
+def test_nan_loss_fails_the_run_naming_the_step(ray_cluster: Any) -> None:
+    spec = tiny_gpt_spec(name="nan-loss", total_steps=60, checkpoint_every=10, loss=NanAfter(40))
+    with pytest.raises(Exception, match=r"non-finite loss at step 41"):
+        run(spec, Plan(dp=1, micro_batch=8), Resources(num_workers=1, gpus_per_worker=1))

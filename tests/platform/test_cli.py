@@ -30,3 +30,22 @@ def test_plan_rejects_gpu_count_outside_the_job(capsys: pytest.CaptureFixture[st
         main(["plan", str(REPO / "examples" / "shakespeare_job.py"), "--gpus", "3"])
     with pytest.raises(SystemExit):
         main(["plan", str(REPO / "examples" / "shakespeare_job.py"), "--gpus", "2", "--samples", "9"])
+
+
+def test_status_table_fits_long_ids_and_shows_progress() -> None:
+    from tidal.platform.cli import format_status
+
+    long_id = "a-job-with-a-rather-long-name-0123456789-abcdef"
+    rows = [
+        {"job_id": long_id, "state": "RUNNING", "plan": "dp2-z1-mb4x1", "gpus": 2, "nodes": ["abcdef123"],
+         "predicted_sps": 300.0, "measured_sps": 250.0, "step": 50, "total_steps": 200, "eta_s": 754.0,
+         "restarts": 1, "error": None, "reason": ""},
+        {"job_id": "q", "state": "QUEUED", "plan": "", "gpus": 0, "nodes": [], "predicted_sps": 0.0,
+         "measured_sps": 0.0, "step": 0, "total_steps": 100, "eta_s": None, "restarts": 0, "error": None,
+         "reason": "waiting: needs 4 GPUs, others use them better"},
+    ]
+    lines = format_status(rows).splitlines()
+    header, running = lines[0], lines[1]
+    assert running.startswith(long_id + " ") and running.index("RUNNING") == header.index("state")
+    assert "50/200" in running and "25%" in running and "12m34s" in running
+    assert lines[3].strip() == "waiting: needs 4 GPUs, others use them better"

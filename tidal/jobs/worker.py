@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import tempfile
 import time
 from dataclasses import dataclass
@@ -34,6 +35,12 @@ from tidal.jobs.ds_config import deepspeed_config
 from tidal.jobs.spec import JobSpec, Plan, PlanError
 
 log = logging.getLogger("tidal.worker")
+
+
+class NonFiniteLoss(RuntimeError):
+    """The job's loss was NaN or infinite: the job's own error. The run stops at once (every rank
+    sees the same all-reduced loss, so all raise together) and keeps its last finite checkpoint;
+    nothing after it is saved."""
 
 
 def init_world_of_one(backend: str = "gloo") -> None:
@@ -219,6 +226,8 @@ class _Loop:
 
     def trained(self, loss: float, lr: float, dt: float, end: int, stop: bool) -> bool:
         """Book one trained step (data position advances); True if the loop must end."""
+        if not math.isfinite(loss):
+            raise NonFiniteLoss(f"non-finite loss at step {self.step + 1}: {loss}")
         self.step += 1
         row = self.row(self.step, loss, lr, dt)
         if self.rank == 0:

@@ -121,26 +121,67 @@ def cmd_submit(args: argparse.Namespace) -> int:
     from tidal.platform import sdk
 
     spec = load_spec(args.file)
-    _join()
+    _join(log_to_driver=False)  # --wait follows the job with a progress line, not worker logs
     with _one_line_errors():
         handle = sdk.submit(spec)
-    print(f"submitted {handle.job_id}")
+    print(f"submitted {handle.job_id}", flush=True)
     if args.wait:
-        st = handle.wait()
+        st = follow(handle)
         print(f"{handle.job_id} {st['state']}" + (f": {st['error']}" if st["error"] else ""))
         return 0 if st["state"] == "SUCCEEDED" else 1
     return 0
 
 
+def progress_line(st: dict[str, Any]) -> str:
+    total = int(st.get("total_steps") or 0)
+    done = f" ({100 * int(st['step']) / total:.0f}%)" if total else ""
+    extra = f", ETA {_eta(st.get('eta_s'))}" if st.get("eta_s") is not None else ""
+    where = f" on {st['gpus']} GPUs, {st['plan']}" if st.get("gpus") else ""
+    why = f" — {st['reason']}" if st.get("reason") else ""
+    return f"{st['job_id']} {st['state']}: step {st['step']}/{total}{done}{where}{extra}{why}"
+
+
+def follow(handle: Any, every_s: float = 10.0, poll_s: float = 2.0) -> dict[str, Any]:
+    """Print the job's progress (on every change of state or plan, else every `every_s`) until it
+    ends; return its last status."""
+    import time
+
+    last, shown = "", 0.0
+    while True:
+        st: dict[str, Any] = handle.status()
+        key = f"{st['state']} {st.get('plan')} {st.get('gpus')}"
+        if st["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
+            return st
+        if key != last or time.time() - shown >= every_s:
+            print(progress_line(st), flush=True)
+            last, shown = key, time.time()
+        time.sleep(poll_s)
+
+
+def _eta(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    m, sec = divmod(int(seconds), 60)
+    h, m = divmod(m, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{sec:02d}s"
+
+
 def format_status(rows: list[dict[str, Any]]) -> str:
-    """The `tidal status` table: job, state, plan, GPUs/nodes, samples/s predicted vs measured."""
-    cols = f"{'job':<28}{'state':<11}{'plan':<20}{'GPUs':>5} {'nodes':<14}"
-    lines = [cols + f"{'samples/s pred/meas':>21}{'step':>7}{'restarts':>9}"]
+    """The `tidal status` table: job, state, plan, GPUs/nodes, progress and ETA, samples/s
+    predicted vs measured, restarts; a queued or profiling job's reason on the line below."""
+    w = max([12, *(len(str(r["job_id"])) + 2 for r in rows)])
+    lines = [f"{'job':<{w}}{'state':<11}{'plan':<20}{'GPUs':>5} {'nodes':<14}{'step/total':>12}{'done':>6}"
+             f"{'ETA':>8}{'samples/s pred/meas':>21}{'restarts':>9}"]
     for r in rows:
         nodes = ",".join(str(n)[:6] for n in r["nodes"])
         sps = f"{float(r['predicted_sps']):.0f}/{float(r['measured_sps']):.0f}"
-        lines.append(f"{r['job_id']!s:<28}{r['state']!s:<11}{r['plan']!s:<20}{r['gpus']!s:>5} "
-                     f"{nodes:<14}{sps:>21}{r['step']!s:>7}{r['restarts']!s:>9}")
+        total = int(r.get("total_steps") or 0)
+        progress = f"{r['step']}/{total}" if total else "-"
+        done = f"{100 * int(r['step']) / total:.0f}%" if total else "-"
+        lines.append(f"{r['job_id']!s:<{w}}{r['state']!s:<11}{r['plan']!s:<20}{r['gpus']!s:>5} "
+                     f"{nodes:<14}{progress:>12}{done:>6}{_eta(r.get('eta_s')):>8}{sps:>21}{r['restarts']!s:>9}")
+        if r.get("reason"):
+            lines.append(f"    {r['reason']}")
         if r["error"]:
             lines.append(f"    error: {str(r['error']).strip().splitlines()[-1][:160]}")
     return "\n".join(lines)
@@ -178,7 +219,7 @@ def _get(ref: Any) -> Any:
 def cmd_status(args: argparse.Namespace) -> int:
     from tidal.platform import sdk
 
-    _join()
+    _join(log_to_driver=False)
     actor = sdk.connect()
     rows = _get(actor.status.remote(args.job))
     print(format_status(rows))
@@ -190,7 +231,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_cancel(args: argparse.Namespace) -> int:
     from tidal.platform import sdk
 
-    _join()
+    _join(log_to_driver=False)
     _get(sdk.connect().cancel.remote(args.job))
     print(f"cancel requested: {args.job}")
     return 0

@@ -88,7 +88,32 @@ class SchedulerConfig:
     # replica counts; lead_s: checkpoint + stop + a replica's start
     loans: LoanConfig = field(default_factory=lambda: LoanConfig(replica_rps=1.0, interval_s=2.0, lead_s=15.0,
                                                                  window=15, min_replicas=0))
+    max_infra_restarts: int = 10  # requeues after infrastructure failures before a job FAILS
     release_grace_s: float = 20.0  # a stopped run's GPUs count as Tidal's this long (Ray frees them late)
+
+
+# What an infrastructure failure looks like from a run's error: a dead worker, node or actor, or
+# a collective torn down under a surviving worker (gloo/NCCL). Anything else — the job's loss or
+# model raising, a non-finite loss (tidal.jobs.worker.NonFiniteLoss) — is the job's own error.
+_INFRA_TYPES = ("ActorDiedError", "RayActorError", "WorkerCrashedError", "NodeDiedError",
+                "ActorUnavailableError", "OwnerDiedError", "ObjectLostError", "RaySystemError")
+_INFRA_TEXT = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "NCCL error",
+               "ProcessGroupNCCL", "ProcessGroupGloo", "The actor died", "worker died",
+               "node died", "SYSTEM_ERROR", "Socket Timeout")
+
+
+def infrastructure_failure(error: BaseException) -> bool:
+    """True if a run failed for the cluster's reason, not the job's (see the markers above). The
+    job's own error wins when both appear: a NonFiniteLoss is never retried."""
+    chain: list[BaseException] = []
+    e: BaseException | None = error
+    while e is not None and e not in chain and len(chain) < 10:
+        chain.append(e)
+        e = getattr(e, "cause", None) or e.__cause__ or e.__context__
+    text = " ".join(f"{type(x).__name__}: {x}" for x in chain)
+    if "NonFiniteLoss" in text or "non-finite loss" in text:
+        return False
+    return any(t in text for t in _INFRA_TYPES) or any(t in text for t in _INFRA_TEXT)
 
 
 def _run_checkpoints(run_id: str | None) -> tuple[str | None, int, list[dict[str, Any]]]:
@@ -157,6 +182,8 @@ class Scheduler:
         self.demand: deque[float] = deque(maxlen=120)  # Serve's wanted replicas, one per tick
         self.released: deque[tuple[float, tuple[tuple[str, int], ...]]] = deque(maxlen=1000)
         self.loan_state: dict[str, Any] = {}
+        self.specs: dict[str, JobSpec] = {}
+        self.reasons: dict[str, str] = {}  # why a queued job waits, from the last decision
         self._recover()
         self._wake = threading.Event()
         threading.Thread(target=self._loop, name="tidal-reconcile", daemon=True).start()
@@ -191,7 +218,14 @@ class Scheduler:
         for r in recs:
             h = self.handles.get(r.job_id)
             p = h.progress() if h is not None else None
+            spec = self._spec(r)
+            step = int((p or {}).get("step", r.step))
+            sps = float((p or {}).get("samples_per_s", r.measured_sps) or 0.0)
+            running = r.state in (JobState.RUNNING, JobState.STOPPING)
+            eta = (spec.total_steps - step) * spec.global_batch / sps if running and sps > 0 else None
             out.append({
+                "total_steps": spec.total_steps, "eta_s": eta,
+                "reason": self.reasons.get(r.job_id, "") if r.state is JobState.QUEUED else "",
                 "job_id": r.job_id, "name": r.name, "state": r.state.value,
                 "plan": Plan.from_dict(r.plan).short() if r.plan else "",
                 "gpus": sum(g for _, g in r.allocation or []),
@@ -205,12 +239,23 @@ class Scheduler:
             for key, prof in list(self.profiling.items()):
                 res = prof.reservation
                 out.append({
+                    "total_steps": 0, "eta_s": None,
+                    "reason": f"profiling {prof.plans} plans"
+                              + ("" if res else ", waiting for free resources"),
                     "job_id": key, "name": prof.name, "state": "PROFILING", "plan": f"{prof.plans} plans",
                     "gpus": math.ceil(len(res.workers) * res.gpus_per_worker - 1e-9) if res else 0,
                     "nodes": sorted(set(res.workers)) if res else [], "predicted_sps": 0.0,
                     "measured_sps": 0.0, "step": 0, "restarts": 0, "error": None, "checkpoint": None,
                 })
         return out
+
+    def _spec(self, r: JobRecord) -> JobSpec:
+        """The job's spec, unpickled once per job."""
+        if r.job_id not in self.specs:
+            from ray import cloudpickle
+
+            self.specs[r.job_id] = cloudpickle.loads(r.spec)
+        return self.specs[r.job_id]
 
     def cancel(self, job_id: str) -> None:
         with self.lock:
@@ -492,10 +537,8 @@ class Scheduler:
             self.released.append((time.time(), tuple((n, int(g)) for n, g in rec.allocation or [])))
             try:
                 r = h.result()
-            except Exception as e:  # the training function raised: this job fails alone
-                self.store.update(jid, state=JobState.FAILED, error=f"{type(e).__name__}: {e}"[-4000:],
-                                  allocation=None, finished=time.time())
-                self._event(f"{jid} FAILED: {type(e).__name__}")
+            except Exception as e:
+                self._run_failed(rec, e)
                 continue
             self._save_curve(jid, r.history)
             named = sorted(n for n, g in rec.allocation or [] for _ in range(int(g)))
@@ -513,6 +556,27 @@ class Scheduler:
             else:
                 self.store.update(jid, state=JobState.QUEUED, restarts=rec.restarts + 1, **fields)
                 self._event(f"{jid} stopped at step {r.final_step} for reconfiguration")
+
+    def _run_failed(self, rec: JobRecord, e: Exception) -> None:
+        """A run ended with an error. The cluster's fault (a dead worker or node, a broken
+        collective: `infrastructure_failure`) sends the job back to QUEUED from the newest
+        checkpoint in its run's storage, counted in `restarts`, up to `max_infra_restarts`; the
+        job's own error (its loss or model raising, a non-finite loss) fails it alone."""
+        jid = rec.job_id
+        error = f"{type(e).__name__}: {e}"[-4000:]
+        if infrastructure_failure(e) and rec.restarts < self.cfg.max_infra_restarts:
+            ckpt, step, metrics = _run_checkpoints(rec.run_id)
+            self._save_curve(jid, metrics)
+            if ckpt is None:  # nothing new: back to the checkpoint it started from
+                ckpt = rec.checkpoint
+                step = int(read_meta(ckpt)["step"]) if ckpt else 0
+            self.store.update(jid, state=JobState.QUEUED, allocation=None, checkpoint=ckpt, step=step,
+                              restarts=rec.restarts + 1)
+            self._event(f"{jid} run failed for an infrastructure reason ({error.splitlines()[0][:120]}); "
+                        f"requeued from step {step}")
+            return
+        self.store.update(jid, state=JobState.FAILED, error=error, allocation=None, finished=time.time())
+        self._event(f"{jid} FAILED: {type(e).__name__}")
 
     def _views(self, recs: list[JobRecord]) -> list[JobView]:
         from ray import cloudpickle
@@ -549,6 +613,8 @@ class Scheduler:
                                 config=self.cfg.policy)
             actions = reconcile_step(snapshot, phases)  # nothing while a job is still stopping
             decision = actions.decision
+            if decision is not None:
+                self.reasons = dict(decision.reasons)
             by_id = {r.job_id: r for r in recs}
             for jid in actions.stop:
                 r = by_id[jid]
