@@ -8,7 +8,8 @@ Rubick's training cluster (8 nodes × 8 GPUs, 60-s rounds, 260 s per start or ch
 inference pool of 4 × 8 GPUs. Inference demand follows the serving trace: its arrivals
 time-scaled to span the workload (the no-loan run's makespan), under a diurnal envelope (one
 ebb and flow per day, or per span when the workload is shorter than a day), counted per 60-s
-interval and scaled so that the busiest interval needs all 32 inference GPUs at the SLO, with
+interval and scaled so that the busiest interval needs all 32 inference GPUs at the SLO (`--phase`:
+where in its cycle the envelope starts; 0, the default, starts at the trough), with
 one replica's measured capacity (`tidal.serving.app.REPLICA_RPS`). All three arms run the same
 policy (`tidal.platform.policy.decide`); only the inference pool's loans differ
 (`tidal.sim.serving`).
@@ -75,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--serving", type=Path, required=True, help="an Azure LLM inference trace (CSV)")
     ap.add_argument("--replica-rps", type=float, default=REPLICA_RPS)
     ap.add_argument("--inference-nodes", type=int, default=4)
+    ap.add_argument("--phase", type=float, default=0.0,
+                    help="the envelope's phase at the workload's start, in periods (0: the trough)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=Path("results"))
     args = ap.parse_args(argv)
@@ -92,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
           flush=True)
     pool_gpus = args.inference_nodes * 8
     rates = demand_series(arrivals, span, interval, peak_rps=pool_gpus * args.replica_rps,
-                          envelope=Envelope(period_s=min(86_400.0, span)))
+                          envelope=Envelope(period_s=min(86_400.0, span), phase=args.phase))
     print(f"serving demand: {len(rates)} intervals, "
           f"mean {rates.mean() / args.replica_rps:.1f} replicas, "
           f"peak {rates.max() / args.replica_rps:.0f} "
