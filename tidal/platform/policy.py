@@ -75,6 +75,7 @@ recalled (`recall_loss`): the capacity lent by inference can be taken back knowi
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -175,6 +176,18 @@ def utility(job: JobView, idx: int | None, now: float, cfg: PolicyConfig) -> flo
     return weight / max(t, 1e-6)
 
 
+def utilities(job: JobView, now: float, cfg: PolicyConfig) -> list[float]:
+    """`utility` of every option of the job at once (the same formula, its per-job terms once)."""
+    work = max(min(job.remaining_samples, cfg.horizon_s * job.peak_samples_per_s), 0.0)
+    weight = 1.0 + max(0.0, now - job.arrival) / cfg.aging_s
+    cur = job.current
+    out = []
+    for o in job.options:
+        keeps = cur is not None and cur.gpus == o.gpus and cur.plan == o.plan
+        out.append(weight / max((0.0 if keeps else job.restart_cost_s) + work / o.samples_per_s, 1e-6))
+    return out
+
+
 def guarantee_index(job: JobView) -> int | None:
     """The smallest option reaching the job's guarantee (0 without one; None if none does)."""
     if job.guarantee is None:
@@ -229,11 +242,12 @@ def _choose_counts(jobs: list[JobView], capacity: int, fixed: Mapping[str, int |
     for j in order:
         if j.job_id in floor:  # guaranteed and admitted: upgrades above its floor
             f = floor[j.job_id]
-            base_g, base_u = j.options[f].gpus, utility(j, f, now, cfg)
-            items.append((j, [(o.gpus - base_g, utility(j, i, now, cfg) - base_u, i)
-                              for i, o in enumerate(j.options) if i > f]))
+            u = utilities(j, now, cfg)
+            base_g = j.options[f].gpus
+            items.append((j, [(o.gpus - base_g, u[i] - u[f], i) for i, o in enumerate(j.options) if i > f]))
         elif j.guarantee is None:  # best-effort: any option, or wait
-            items.append((j, [(o.gpus, utility(j, i, now, cfg), i) for i, o in enumerate(j.options)]))
+            u = utilities(j, now, cfg)
+            items.append((j, [(o.gpus, u[i], i) for i, o in enumerate(j.options)]))
     owned = max(0, free)
     lent_left = max(0, lent + min(0, free))
     restart = sum(j.restart_cost_s for j in jobs) / max(1, len(jobs))
@@ -311,31 +325,70 @@ def _take(f: _Free, o: Option, g: int) -> None:
     f.memory -= o.memory_per_gpu * g
 
 
-def _place(job: JobView, o: Option, free: list[_Free]) -> tuple[tuple[str, int], ...] | None:
-    """GPUs for option `o`: one node if any fits (best fit), else the fewest nodes."""
-    if job.guarantee is not None:  # a guarantee never rests on GPUs inference may recall
-        free = [f for f in free if not f.node.recallable]
-    single = [f for f in free if _fits(f, o, o.gpus)]
-    if single:
-        f = min(single, key=lambda f: (f.node.recallable, f.gpus))  # owned first, then best fit
-        _take(f, o, o.gpus)
-        return ((f.node.node_id, o.gpus),)
-    plan: list[tuple[_Free, int]] = []
-    need = o.gpus
-    for f in sorted(free, key=lambda f: (f.node.recallable, -f.gpus)):
-        g = min(need, f.gpus)
-        while g > 0 and not _fits(f, o, g):
-            g -= 1
-        if g > 0:
-            plan.append((f, g))
-            need -= g
-        if need == 0:
-            break
-    if need:
-        return None
-    for f, g in plan:
+class _Pool:
+    """Free capacity per node, indexed by (recallable, free GPUs): placing a job looks at a few
+    buckets in node order, not at every node (O(GPUs per node) per placement, not O(nodes)).
+
+    `place` is the placement rule: one node if any fits — owned before lent, then the fewest
+    free GPUs (best fit), then snapshot order — else the fewest nodes, owned before lent and the
+    most free GPUs first; guaranteed jobs never take lent GPUs."""
+
+    def __init__(self, nodes: tuple[Node, ...]) -> None:
+        self.free = {n.node_id: _Free(n, n.gpus, n.cpus, n.memory) for n in nodes}
+        self.nodes = list(self.free.values())
+        self.index = {n.node_id: i for i, n in enumerate(nodes)}
+        self.top = max((n.gpus for n in nodes), default=0)
+        self.buckets: dict[tuple[bool, int], list[int]] = {}
+        for i in range(len(self.nodes)):
+            self._add(i)
+
+    def _key(self, i: int) -> tuple[bool, int]:
+        f = self.nodes[i]
+        return f.node.recallable, f.gpus
+
+    def _add(self, i: int) -> None:
+        bisect.insort(self.buckets.setdefault(self._key(i), []), i)
+
+    def take(self, f: _Free, o: Option, g: int) -> None:
+        i = self.index[f.node.node_id]
+        bucket = self.buckets[self._key(i)]
+        bucket.pop(bisect.bisect_left(bucket, i))
         _take(f, o, g)
-    return tuple(sorted((f.node.node_id, g) for f, g in plan))
+        self._add(i)
+
+    def place(self, job: JobView, o: Option) -> tuple[tuple[str, int], ...] | None:
+        """GPUs for option `o` (the class docstring's rule), taken from the pool; None if none."""
+        pools = (False,) if job.guarantee is not None else (False, True)
+        for rec in pools:  # one node
+            for k in range(o.gpus, self.top + 1):
+                for i in self.buckets.get((rec, k), ()):
+                    f = self.nodes[i]
+                    if _fits(f, o, o.gpus):
+                        self.take(f, o, o.gpus)
+                        return ((f.node.node_id, o.gpus),)
+        plan: list[tuple[_Free, int]] = []
+        need = o.gpus
+        for rec in pools:  # the fewest nodes
+            for k in range(self.top, 0, -1):
+                for i in self.buckets.get((rec, k), ()):
+                    f = self.nodes[i]
+                    g = min(need, f.gpus)
+                    while g > 0 and not _fits(f, o, g):
+                        g -= 1
+                    if g > 0:
+                        plan.append((f, g))
+                        need -= g
+                    if need == 0:
+                        break
+                if need == 0:
+                    break
+            if need == 0:
+                break
+        if need:
+            return None
+        for f, g in plan:
+            self.take(f, o, g)
+        return tuple(sorted((f.node.node_id, g) for f, g in plan))
 
 
 # -- the decision ---------------------------------------------------------------------------
@@ -378,7 +431,8 @@ def place(snapshot: Snapshot, choice: Mapping[str, int | None],
     running_ids = {j.job_id for j in _running(snapshot)}
     reasons = dict(reasons or {})
     new_choice = {j.job_id: choice.get(j.job_id) for j in jobs}
-    free = {n.node_id: _Free(n, n.gpus, n.cpus, n.memory) for n in snapshot.nodes}
+    pool = _Pool(snapshot.nodes)
+    free = pool.free
     allocations: dict[str, Allocation] = {}
     changed: list[str] = []
     pending: list[JobView] = []
@@ -391,7 +445,7 @@ def place(snapshot: Snapshot, choice: Mapping[str, int | None],
                 or not all(_fits(free[nid], o, g) for nid, g in cur.gpus_by_node)):
             return False
         for nid, g in cur.gpus_by_node:
-            _take(free[nid], o, g)
+            pool.take(free[nid], o, g)
         return True
 
     for j in jobs:
@@ -413,7 +467,7 @@ def place(snapshot: Snapshot, choice: Mapping[str, int | None],
                 assert j.current is not None
                 placed = j.current.gpus_by_node
                 break
-            placed = _place(j, j.options[idx], list(free.values()))
+            placed = pool.place(j, j.options[idx])
             if placed is None:  # CPUs or memory too scarce for this many GPUs: try fewer
                 floor = guarantee_index(j) or 0
                 idx = idx - 1 if idx > floor else None
