@@ -66,13 +66,14 @@ def evaluate(spec: JobSpec, model: torch.nn.Module, *, batches: int = 20, batch_
 @torch.no_grad()
 def generate(model: torch.nn.Module, corpus: CharCorpus, prompt: str, n: int, *, seed: int = 0) -> str:
     """Sample `n` characters after `prompt` (temperature 0.8)."""
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator().manual_seed(seed)  # sampling on the CPU: the same text on any device
     seq_len = int(getattr(model, "cfg").seq_len)  # noqa: B009
-    idx = torch.from_numpy(corpus.encode(prompt).astype("int64"))[None, :]
+    device = next(model.parameters()).device
+    idx = torch.from_numpy(corpus.encode(prompt).astype("int64"))[None, :].to(device)
     for _ in range(n):
-        logits = model(idx[:, -seq_len:])[0, -1] / 0.8
+        logits = model(idx[:, -seq_len:])[0, -1].float().cpu() / 0.8
         nxt = torch.multinomial(torch.softmax(logits, -1), 1, generator=g)
-        idx = torch.cat([idx, nxt[None, :]], dim=1)
+        idx = torch.cat([idx, nxt[None, :].to(device)], dim=1)
     return corpus.decode(idx[0].tolist())
 
 

@@ -81,6 +81,8 @@ class GPTServer:
         else:  # untrained weights: the deployment still works (capacity measurements)
             self.model = self.spec.model().eval()
             self.step = 0
+        # a replica that sees a GPU (Ray sets CUDA_VISIBLE_DEVICES for num_gpus=1) serves on it
+        self.model = self.model.to("cuda" if torch.cuda.is_available() else "cpu")
         self.vocab = self.corpus.vocab
 
     async def __call__(self, request: Any) -> Any:
