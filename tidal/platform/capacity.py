@@ -20,7 +20,7 @@ few seconds: conservative.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +38,7 @@ class Held:
     memory: float = 0.0
 
 
-def build_nodes(ray_nodes: list[Mapping[str, Any]], available: Mapping[str, Mapping[str, float]],
+def build_nodes(ray_nodes: Sequence[Mapping[str, Any]], available: Mapping[str, Mapping[str, float]],
                 held: Mapping[str, Held], lent: Mapping[str, int] | None = None,
                 recall_risk: float = 1.0) -> list[Node]:
     """`ray_nodes`: `ray.nodes()` entries (NodeID, Alive, Resources, Labels); `available`:

@@ -141,21 +141,21 @@ def progress_line(st: dict[str, Any]) -> str:
     return f"{st['job_id']} {st['state']}: step {st['step']}/{total}{done}{where}{extra}{why}"
 
 
-def follow(handle: Any, every_s: float = 10.0, poll_s: float = 2.0) -> dict[str, Any]:
-    """Print the job's progress (on every change of state or plan, else every `every_s`) until it
-    ends; return its last status."""
+def follow(handle: Any, every_s: float = 10.0) -> dict[str, Any]:
+    """`handle.wait()`, printing the job's progress on every change of state or plan, else every
+    `every_s`; returns its last status."""
     import time
 
-    last, shown = "", 0.0
-    while True:
-        st: dict[str, Any] = handle.status()
+    last: list[Any] = ["", 0.0]  # the last line's (state, plan, GPUs) and time
+
+    def show(st: dict[str, Any]) -> None:
         key = f"{st['state']} {st.get('plan')} {st.get('gpus')}"
-        if st["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
-            return st
-        if key != last or time.time() - shown >= every_s:
+        if key != last[0] or time.time() - last[1] >= every_s:
             print(progress_line(st), flush=True)
-            last, shown = key, time.time()
-        time.sleep(poll_s)
+            last[:] = [key, time.time()]
+
+    st: dict[str, Any] = handle.wait(on_status=show)
+    return st
 
 
 def _eta(seconds: float | None) -> str:

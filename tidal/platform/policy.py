@@ -166,18 +166,11 @@ class Decision:
 
 def utility(job: JobView, idx: int | None, now: float, cfg: PolicyConfig) -> float:
     """u_j(i) = w_j / (restart_j(i) + W_j / s_j(i)) (module docstring); 0 for waiting."""
-    if idx is None:
-        return 0.0
-    o = job.options[idx]
-    work = min(job.remaining_samples, cfg.horizon_s * job.peak_samples_per_s)
-    keeps = job.current is not None and job.current.gpus == o.gpus and job.current.plan == o.plan
-    t = (0.0 if keeps else job.restart_cost_s) + max(work, 0.0) / o.samples_per_s
-    weight = 1.0 + max(0.0, now - job.arrival) / cfg.aging_s
-    return weight / max(t, 1e-6)
+    return 0.0 if idx is None else utilities(job, now, cfg)[idx]
 
 
 def utilities(job: JobView, now: float, cfg: PolicyConfig) -> list[float]:
-    """`utility` of every option of the job at once (the same formula, its per-job terms once)."""
+    """`utility` of every option of the job at once (its per-job terms computed once)."""
     work = max(min(job.remaining_samples, cfg.horizon_s * job.peak_samples_per_s), 0.0)
     weight = 1.0 + max(0.0, now - job.arrival) / cfg.aging_s
     cur = job.current

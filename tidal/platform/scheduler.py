@@ -437,11 +437,11 @@ class Scheduler:
                                 memory=float(res.get("memory", 1e18))))
         return sorted(out, key=lambda n: n.node_id)
 
-    def _nodes(self, lent: dict[str, int] | None = None) -> list[Node]:
+    def _nodes(self, ray_nodes: list[dict[str, Any]]) -> list[Node]:
         """What each node offers Tidal now (`tidal.platform.capacity.build_nodes`): free capacity
         plus what Tidal's runs hold (and, for `release_grace_s`, what runs that just ended held:
-        Ray frees a finished run's placement group a little later), inference nodes only what is
-        lent. With `lent` None, inference nodes offer what the last loan step lent."""
+        Ray frees a finished run's placement group a little later), inference nodes only what the
+        last loan step lent."""
         from ray._private.state import available_resources_per_node
 
         held: dict[str, Held] = {}
@@ -459,11 +459,10 @@ class Scheduler:
             if now - t < self.cfg.release_grace_s:
                 for nid, g in alloc:
                     add(nid, float(g))
-        risk = float(self.loan_state.get("risk", 1.0))
-        return build_nodes(ray.nodes(), available_resources_per_node(), held,
-                           self.loan_state.get("lent", {}) if lent is None else lent, recall_risk=risk)
+        return build_nodes(ray_nodes, available_resources_per_node(), held, self.loan_state.get("lent", {}),
+                           recall_risk=float(self.loan_state.get("risk", 1.0)))
 
-    def _loan_step(self, recs: list[JobRecord]) -> None:
+    def _loan_step(self, recs: list[JobRecord], ray_nodes: list[dict[str, Any]]) -> None:
         """The loan manager's tick: Serve's demand → lendable inference GPUs → reclaims.
 
         Serve's wanted replicas (`tidal.serving.demand`) join the history; the loan decision
@@ -474,7 +473,7 @@ class Scheduler:
         still stopping nothing more is reclaimed (its GPUs are on their way back)."""
         from tidal.serving.demand import current_demand
 
-        pool = {n["NodeID"]: int(n["Resources"].get("GPU", 0)) for n in ray.nodes()
+        pool = {n["NodeID"]: int(n["Resources"].get("GPU", 0)) for n in ray_nodes
                 if n.get("Alive") and (n.get("Labels") or {}).get(POOL_LABEL) == "inference"
                 and n["Resources"].get("GPU", 0) >= 1}
         if not pool:
@@ -502,24 +501,29 @@ class Scheduler:
                 borrowers.append(Borrower(job_id=r.job_id, gpus=gpus, lent_by_node=lent,
                                           options=tuple(o.gpus for o in options),
                                           restart_s=self.cfg.restart_cost_s or 30.0))
+            by_id = {r.job_id: r for r in recs}
             for pick in choose_reclaim(borrowers, need):
-                self.handles[pick.job_id].stop()
-                self.store.update(pick.job_id, state=JobState.STOPPING)
                 self.metrics.reclaims.inc(tags={"job": pick.job_id})
-                self._log_action("stop", pick.job_id, [(n, int(g)) for n, g in
-                                                       self.store.get(pick.job_id).allocation or []], "")
-                self._event(f"{pick.job_id} reclaim: Serve wants {self.demand[-1]:.0f} replicas, "
-                            f"{decision.lendable} GPUs lendable; gives back {dict(pick.freed_by_node)}, "
-                            f"resumes on {pick.keep_gpus or 'no'} GPUs")
+                self._stop(by_id[pick.job_id],
+                           f"reclaim: Serve wants {self.demand[-1]:.0f} replicas, {decision.lendable} GPUs "
+                           f"lendable; gives back {dict(pick.freed_by_node)}, "
+                           f"resumes on {pick.keep_gpus or 'no'} GPUs")
         lendable = max(0, min(decision.lendable, total))
         lent_by_node = lend_by_node(pool, lendable, held)
         self.loan_state = {"lent": lent_by_node, "lendable": lendable, "pool_gpus": total,
                            "serve_replicas": self.demand[-1], "forecast": decision.forecast_rps,
-                           "risk": max(0.1, decision.replicas / total) if total else 1.0,
+                           "risk": decision.recall_risk,
                            "held": sum(held.values())}
         self.metrics.pool_gpus.set(total, tags={"pool": "inference", "kind": "total"})
         self.metrics.pool_gpus.set(lendable, tags={"pool": "inference", "kind": "lendable"})
         self.metrics.pool_gpus.set(sum(held.values()), tags={"pool": "inference", "kind": "lent"})
+
+    def _stop(self, r: JobRecord, why: str) -> None:
+        """Ask a running job to stop at its next step boundary with a checkpoint (→ STOPPING)."""
+        self.handles[r.job_id].stop()
+        self.store.update(r.job_id, state=JobState.STOPPING)
+        self._log_action("stop", r.job_id, [(n, int(g)) for n, g in r.allocation or []], "")
+        self._event(f"{r.job_id} {why}")
 
     def pools(self) -> dict[str, Any]:
         """The inference pool's loan state (total, lendable and lent GPUs, Serve's replicas)."""
@@ -579,12 +583,11 @@ class Scheduler:
         self._event(f"{jid} FAILED: {type(e).__name__}")
 
     def _views(self, recs: list[JobRecord]) -> list[JobView]:
-        from ray import cloudpickle
 
         views = []
         for r in recs:
             options, guarantee = pickle.loads(r.options)
-            spec: JobSpec = cloudpickle.loads(r.spec)
+            spec = self._spec(r)
             current = None
             if r.state is JobState.RUNNING and r.allocation and r.plan:
                 current = Allocation(gpus_by_node=tuple((n, int(g)) for n, g in r.allocation),
@@ -596,16 +599,17 @@ class Scheduler:
         return views
 
     def reconcile(self) -> None:
-        from ray import cloudpickle
 
         with self.lock:
             self._collect()
             everything = self.store.all()
             self.metrics.update(everything)
             recs = [r for r in everything if not r.state.terminal]
-            self._loan_step(recs)
+            ray_nodes = ray.nodes()
+            self._loan_step(recs, ray_nodes)
             recs = [r for r in self.store.all() if not r.state.terminal]
-            nodes = without(self._nodes(), [p.reservation for p in self.profiling.values() if p.reservation])
+            nodes = without(self._nodes(ray_nodes),
+                            [p.reservation for p in self.profiling.values() if p.reservation])
             if not recs or not nodes:
                 return
             phases = {r.job_id: Phase(r.state.value) for r in recs}
@@ -618,16 +622,13 @@ class Scheduler:
             by_id = {r.job_id: r for r in recs}
             for jid in actions.stop:
                 r = by_id[jid]
-                self.handles[jid].stop()
-                self.store.update(jid, state=JobState.STOPPING)
                 self.metrics.changes.inc(tags={"job": jid})
                 new = decision.allocations.get(jid) if decision else None
-                self._log_action("stop", jid, [(n, int(g)) for n, g in r.allocation or []], "")
-                self._event(f"{jid} reconfigure: {Plan.from_dict(r.plan).short() if r.plan else ''}"
-                            f" → {new.plan.short() if new else 'queued'}")
+                self._stop(r, f"reconfigure: {Plan.from_dict(r.plan).short() if r.plan else ''}"
+                              f" → {new.plan.short() if new else 'queued'}")
             for jid, a in actions.launch:
                 r = by_id[jid]
-                spec: JobSpec = cloudpickle.loads(r.spec)
+                spec = self._spec(r)
                 node_ids = tuple(n for n, g in a.gpus_by_node for _ in range(g))
                 res = Resources(num_workers=a.plan.dp, gpus_per_worker=1,
                                 cpus_per_worker=self.cfg.cpus_per_worker, node_ids=node_ids)

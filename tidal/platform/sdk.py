@@ -9,6 +9,7 @@ plans it and rejects it with the reason if no plan fits the cluster.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import ray
@@ -38,13 +39,17 @@ class JobHandle:
         rows: list[dict[str, Any]] = ray.get(self._scheduler.status.remote(self.job_id))
         return rows[0]
 
-    def wait(self, timeout: float | None = None, poll_s: float = 2.0) -> dict[str, Any]:
-        """Block until the job ends (SUCCEEDED, FAILED or CANCELLED); returns its status."""
+    def wait(self, timeout: float | None = None, poll_s: float = 2.0,
+             on_status: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+        """Block until the job ends (SUCCEEDED, FAILED or CANCELLED); returns its status.
+        `on_status` sees every status polled before the end (progress output)."""
         deadline = None if timeout is None else time.time() + timeout
         while True:
             st = self.status()
             if st["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
                 return st
+            if on_status is not None:
+                on_status(st)
             if deadline is not None and time.time() > deadline:
                 raise TimeoutError(f"job {self.job_id} still {st['state']} after {timeout} s")
             time.sleep(poll_s)

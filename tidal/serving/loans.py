@@ -51,6 +51,7 @@ class LoanDecision:
     forecast_rps: float
     replicas: int  # replicas Serve must be able to run until the next decision takes effect
     lendable: int  # inference GPUs training may hold
+    recall_risk: float  # chance a lent GPU is recalled soon: the share of the pool Serve needs (≥ 0.1)
 
 
 def forecast(rates: Sequence[float], cfg: LoanConfig) -> float:
@@ -79,7 +80,8 @@ def decide_loan(rates: Sequence[float], pool_gpus: int, cfg: LoanConfig) -> Loan
     f = forecast(rates, cfg)
     now = float(rates[-1]) if rates else 0.0
     replicas = min(pool_gpus, max(replicas_for(f, cfg), replicas_for(now, cfg)))
-    return LoanDecision(forecast_rps=f, replicas=replicas, lendable=max(0, pool_gpus - replicas))
+    return LoanDecision(forecast_rps=f, replicas=replicas, lendable=max(0, pool_gpus - replicas),
+                        recall_risk=max(0.1, replicas / pool_gpus) if pool_gpus else 1.0)
 
 
 def lend_by_node(pool: Mapping[str, int], lendable: int, training: Mapping[str, int]) -> dict[str, int]:

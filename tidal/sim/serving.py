@@ -112,7 +112,7 @@ class ServingSim:
         cfg = self.pool.loan
         decision = decide_loan(history, self.total, cfg) if history else None
         lendable = decision.lendable if decision else 0
-        self.risk = max(0.1, decision.replicas / self.total) if decision else 1.0
+        self.risk = decision.recall_risk if decision else 1.0
         held = self._held(active)
         need = sum(held.values()) - lendable
         if need > 0:
