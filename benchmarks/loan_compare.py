@@ -11,7 +11,7 @@ ebb and flow per day, or per span when the workload is shorter than a day), coun
 interval and scaled so that the busiest interval needs all 32 inference GPUs at the SLO (`--phase`:
 where in its cycle the envelope starts; 0, the default, starts at the trough), with
 one replica's measured capacity (`tidal.serving.app.REPLICA_RPS`). All three arms run the same
-policy (`tidal.platform.policy.decide`); only the inference pool's loans differ
+policy (`tidal.core.policy.decide`); only the inference pool's loans differ
 (`tidal.sim.serving`).
 
 Prints each arm's metrics, then `loan_jct_speedup` (no-loan avg JCT ÷ Tidal's),

@@ -1,4 +1,4 @@
-"""Latency of one scheduling round of the pure policy (`tidal.platform.policy.decide`).
+"""Latency of one scheduling round of the pure policy (`tidal.core.policy.decide`).
 
 A synthetic cluster of 8-GPU nodes and a job mix like the Rubick workloads: GPU counts that
 divide each job's global batch, concave throughput curves n^α, a quarter of the jobs
@@ -16,8 +16,8 @@ import random
 import statistics
 import time
 
+from tidal.core.policy import JobView, Node, Option, Snapshot, decide
 from tidal.jobs import Plan
-from tidal.platform.policy import JobView, Node, Option, Snapshot, decide
 
 
 def snapshot(jobs: int, gpus: int, seed: int = 0) -> Snapshot:

@@ -21,6 +21,15 @@ def test_load_spec_errors_name_the_problem(tmp_path: Path) -> None:
     bad.write_text("x = 1\n")
     with pytest.raises(SystemExit, match="defines neither"):
         load_spec(bad)
+    bad.write_text("from tests.conftest import tiny_gpt_spec\n"
+                   "spec = tiny_gpt_spec(min_gpus=100, max_gpus=100)\n")
+    one_line = (r"^tidal: .*bad\.py: SpecError: JobSpec\.min_gpus: "
+                r"min_gpus \(100\) > global_batch \(8\)[^\n]*$")
+    with pytest.raises(SystemExit, match=one_line):
+        load_spec(bad)
+    bad.write_text("def broken(:\n")
+    with pytest.raises(SystemExit, match=r"bad\.py:1: "):
+        load_spec(bad)
 
 
 def test_plan_rejects_gpu_count_outside_the_job(capsys: pytest.CaptureFixture[str]) -> None:
@@ -49,3 +58,15 @@ def test_status_table_fits_long_ids_and_shows_progress() -> None:
     assert running.startswith(long_id + " ") and running.index("RUNNING") == header.index("state")
     assert "50/200" in running and "25%" in running and "12m34s" in running
     assert lines[3].strip() == "waiting: needs 4 GPUs, others use them better"
+
+
+def test_events_are_one_line_each_with_why() -> None:
+    from tidal.platform.cli import format_events
+
+    text = format_events([
+        {"t": 1.0e9, "from": None, "to": "PROFILING", "note": "submitted"},
+        {"t": 1.0e9 + 12.5, "from": "PROFILING", "to": "REJECTED", "note": "fits no plan: 3 GiB > 1 GiB"},
+    ])
+    first, second = text.splitlines()
+    assert "- → PROFILING" in first and first.endswith("submitted")
+    assert "PROFILING → REJECTED" in second and second.endswith("fits no plan: 3 GiB > 1 GiB")

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
+from tidal.core.policy import Allocation, JobView, Node, Option, Snapshot, decide
 from tidal.jobs.spec import Plan
-from tidal.platform.policy import Allocation, JobView, Node, Option, Snapshot, decide
 from tidal.platform.reservations import Reservation, reserve, without
 
 NODES = [Node(node_id="a", gpus=2, cpus=2), Node(node_id="b", gpus=2, cpus=2)]

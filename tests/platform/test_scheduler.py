@@ -10,44 +10,19 @@ from __future__ import annotations
 
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
 import ray
 
 from tests.conftest import tiny_gpt_spec
+from tests.platform.conftest import wait as _wait
 from tidal.jobs import Plan, SpecError
 from tidal.jobs.runner import Resources, launch
 from tidal.platform import sdk
-from tidal.platform.policy import PolicyConfig
-from tidal.platform.scheduler import NAMESPACE, SCHEDULER_NAME, SchedulerConfig
+from tidal.platform.scheduler import NAMESPACE, SCHEDULER_NAME
 
 pytestmark = pytest.mark.integration
-
-
-def _wait(pred: Any, what: str, timeout: float = 300.0) -> None:
-    deadline = time.time() + timeout
-    while not pred():
-        assert time.time() < deadline, f"timed out waiting for {what}"
-        time.sleep(1.0)
-
-
-@pytest.fixture
-def scheduler(ray_cluster: Any, tmp_path: Path) -> Any:
-    # This tests the mechanism, not the damping (unit-tested in test_policy.py): with 4 logical
-    # GPUs on 2 cores the model fitted from 1-2 worker profiles overestimates throughput several
-    # times, so jobs look seconds from done and any restart cost would keep A as it is.
-    # A whole CPU per worker: A's four workers hold every logical CPU of the cluster, so B's
-    # profiles (on CPUs) can run only in capacity the scheduler reserves for them.
-    cfg = SchedulerConfig(tick_s=1.0, state_path=str(tmp_path / "tidal.sqlite"), profile_samples=2,
-                          profile_steps=1, profile_gpus=0.0, restart_cost_s=0.0, cpus_per_worker=1.0,
-                          policy=PolicyConfig(aging_s=1e6))
-    actor = sdk.connect(cfg)
-    assert ray.get(actor.ping.remote()) == "ok"
-    yield actor
-    ray.kill(actor, no_restart=True)
-    time.sleep(2)
 
 
 def test_two_jobs_reconfiguration_and_scheduler_restart(scheduler: Any) -> None:
@@ -58,21 +33,20 @@ def test_two_jobs_reconfiguration_and_scheduler_restart(scheduler: Any) -> None:
     a = sdk.JobHandle(ray.get(scheduler.submit.remote(spec_a)), scheduler)
     _wait(lambda: a.status()["state"] == "RUNNING", "A to start")
     gpus_alone = a.status()["gpus"]
-    submitted = scheduler.submit.remote(spec_b)  # returns once B is profiled and planned
-
-    def profiling_b() -> list[dict[str, Any]]:
-        return [r for r in sdk.list_jobs() if r["state"] == "PROFILING" and r["name"] == spec_b.name]
-
-    _wait(lambda: bool(profiling_b()), "B's profiling to show in the status", 60)
-    assert profiling_b()[0]["nodes"], "B's profile workers were not reserved anywhere"
-    b = sdk.JobHandle(ray.get(submitted), scheduler)
+    t0 = time.time()
+    b = sdk.JobHandle(ray.get(scheduler.submit.remote(spec_b)), scheduler)  # returns at once: PROFILING
+    assert time.time() - t0 < 5.0
+    assert b.status()["state"] == "PROFILING"
+    _wait(lambda: b.status()["state"] == "PROFILING" and bool(b.status()["nodes"]),
+          "B's profile workers to be reserved (shown in its status)", 60)
+    _wait(lambda: b.status()["state"] not in ("PROFILING",), "B's admission", 300)
     events = ray.get(scheduler.recent_events.remote())
     # B's profiles ran in capacity reserved from A (A shrank for them), not after A ended
     assert a.status()["state"] != "SUCCEEDED", events
     assert a.status()["restarts"] >= 1, events
-    assert any(f"profile-{spec_b.name}-" in e and ": 2 plans, reserved 2 workers" in e
-               for e in events), events
-    assert not profiling_b()
+    assert any(f"{b.job_id}: profiling 2 plans, reserved 2 workers" in e for e in events), events
+    history = [(e["from"], e["to"]) for e in ray.get(scheduler.job_events.remote(b.job_id))]
+    assert history[:2] == [(None, "PROFILING"), ("PROFILING", "QUEUED")], history
     _wait(lambda: b.status()["state"] == "RUNNING", "B to start")
     events = ray.get(scheduler.recent_events.remote())
     assert a.status()["restarts"] >= 1, f"A was not reconfigured: alone on {gpus_alone} GPUs; {events}"

@@ -1,11 +1,16 @@
-"""The scheduler's durable job store: survives reopening, enforces the state machine."""
+"""The scheduler's durable job store: survives reopening, enforces the one state machine, and
+records every state change as an event."""
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
 
+from tidal.core.policy import Option
+from tidal.core.state import ALLOWED, TERMINAL
+from tidal.jobs.spec import Plan
 from tidal.platform.store import JobRecord, JobState, Store, TransitionError
 
 
@@ -14,11 +19,16 @@ def test_records_survive_reopening(tmp_path: Path) -> None:
     s = Store(path)
     s.add(JobRecord(job_id="a", name="A", spec=b"\x00spec", submitted=1.0))
     s.add(JobRecord(job_id="b", name="B", spec=b"spec-b", submitted=2.0))
-    s.update("a", state=JobState.RUNNING, plan={"dp": 2}, allocation=[["n1", 2]], run_id="a-1")
+    opts = (Option(gpus=1, plan=Plan(dp=1, micro_batch=4), samples_per_s=10.0, cpus_per_gpu=1.0),
+            Option(gpus=2, plan=Plan(dp=2, zero_stage=2, micro_batch=2), samples_per_s=18.5))
+    s.transition("a", JobState.QUEUED, "planned", options=opts, guarantee=9.5)
+    s.transition("a", JobState.RUNNING, plan={"dp": 2}, allocation=[["n1", 2]], run_id="a-1")
     again = Store(path)  # a restarted scheduler opens the same file
     a = again.get("a")
     assert a.state is JobState.RUNNING and a.plan == {"dp": 2} and a.allocation == [["n1", 2]]
     assert a.spec == b"\x00spec" and a.run_id == "a-1"
+    assert a.options == opts and a.guarantee == 9.5  # stored as JSON, read back equal
+    assert again.get("b").state is JobState.PROFILING and again.get("b").options == ()
     assert [r.job_id for r in again.all()] == ["a", "b"]
     with pytest.raises(KeyError):
         again.get("zzz")
@@ -27,12 +37,50 @@ def test_records_survive_reopening(tmp_path: Path) -> None:
 def test_state_machine_is_enforced(tmp_path: Path) -> None:
     s = Store(tmp_path / "t.sqlite")
     s.add(JobRecord(job_id="a", name="A", spec=b""))
-    s.update("a", state=JobState.RUNNING)
-    s.update("a", state=JobState.STOPPING)
-    s.update("a", state=JobState.QUEUED)
-    s.update("a", state=JobState.RUNNING)
-    s.update("a", state=JobState.SUCCEEDED)
+    with pytest.raises(TransitionError, match="PROFILING → RUNNING"):  # not planned yet
+        s.transition("a", JobState.RUNNING)
+    for to in (JobState.QUEUED, JobState.RUNNING, JobState.STOPPING, JobState.QUEUED, JobState.RUNNING,
+               JobState.SUCCEEDED):
+        s.transition("a", to)
     assert s.get("a").state.terminal
     with pytest.raises(TransitionError, match="SUCCEEDED → RUNNING"):
-        s.update("a", state=JobState.RUNNING)
-    assert s.get("a").state is JobState.SUCCEEDED  # the refused change wrote nothing
+        s.transition("a", JobState.RUNNING, step=99)
+    assert s.get("a").state is JobState.SUCCEEDED and s.get("a").step == 0  # the refused move wrote nothing
+    with pytest.raises(TypeError, match=r"use Store\.transition"):
+        s.update("a", state=JobState.QUEUED)
+    s.add(JobRecord(job_id="r", name="R", spec=b""))
+    s.transition("r", JobState.REJECTED, "fits no plan", error="fits no plan")
+    with pytest.raises(TransitionError):
+        s.transition("r", JobState.QUEUED)
+
+
+def test_terminal_states_have_no_way_out_and_every_other_state_can_be_cancelled() -> None:
+    for state in JobState:
+        assert (ALLOWED[state] == frozenset()) == (state in TERMINAL) == state.terminal
+        if not state.terminal:
+            assert JobState.CANCELLED in ALLOWED[state], state
+
+
+def test_every_change_of_state_is_an_event(tmp_path: Path) -> None:
+    s = Store(tmp_path / "t.sqlite")
+    s.add(JobRecord(job_id="a", name="A", spec=b""), "submitted by test")
+    s.transition("a", JobState.QUEUED, "planned in 3.0 s")
+    s.update("a", step=5)  # not a state change: no event
+    s.transition("a", JobState.CANCELLED, "cancelled while queued")
+    ev = Store(tmp_path / "t.sqlite").events("a")
+    assert [(e.from_state, e.to_state, e.note) for e in ev] == [
+        (None, "PROFILING", "submitted by test"), ("PROFILING", "QUEUED", "planned in 3.0 s"),
+        ("QUEUED", "CANCELLED", "cancelled while queued")]
+    assert ev[0].t <= ev[1].t <= ev[2].t
+    with pytest.raises(KeyError, match="no job 'b'"):
+        s.events("b")
+
+
+def test_a_state_file_of_another_schema_is_refused_with_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE jobs (job_id TEXT PRIMARY KEY, options BLOB)")
+    db.commit()
+    db.close()
+    with pytest.raises(RuntimeError, match="schema 0, this Tidal reads 2: move it away"):
+        Store(path)

@@ -29,11 +29,11 @@ def test_lent_gpus_go_back_to_serve_on_a_surge(ray_cluster: Any, inference_node:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from tests.conftest import tiny_gpt_spec
+    from tidal.core.policy import Option, PolicyConfig
     from tidal.jobs import Plan
     from tidal.jobs.runner import Resources, launch
     from tidal.platform import sdk
     from tidal.platform.cli import format_pools
-    from tidal.platform.policy import Option, PolicyConfig
     from tidal.platform.scheduler import SchedulerConfig
     from tidal.serving.app import gpt_app
     from tidal.serving.demand import replicas_wanted

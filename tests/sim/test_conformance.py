@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import tiny_gpt_spec
+from tidal.core.policy import Option, PolicyConfig
 from tidal.jobs import Plan
-from tidal.platform.policy import Option, PolicyConfig
 from tidal.sim.simulator import POLICIES, SimConfig, Simulator
 from tidal.sim.workload import SimJob
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tidal.platform.policy import Allocation, Decision, Snapshot
+from tidal.core.policy import Allocation, Decision, Snapshot
 from tidal.sim.simulator import POLICIES, CapacityError, PolicyUnderTest, SimConfig, SimResult, Simulator
 from tidal.sim.tables import Truth
 from tidal.sim.views import SimPlanner

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tidal.platform.policy import Node
+from tidal.core.policy import Node
 
 POOL_LABEL = "tidal.io/pool"
 

@@ -3,7 +3,8 @@
     tidal plan FILE.py --gpus N [--gpus-per-node G] [--gpu-mem-gib M] [--write-config OUT.json]
     tidal submit FILE.py [--wait]      submit the file's JobSpec to the scheduler actor
     tidal status [JOB]                 jobs, states, plans, GPUs/nodes, samples/s, restarts
-    tidal cancel JOB
+    tidal events JOB                   the job's state changes, with why
+    tidal cancel JOB                   in any state that has not ended (PROFILING included)
 
 `submit`, `status` and `cancel` join the Ray cluster this machine runs (`ray start`, or
 RAY_ADDRESS; Ray 2.60's CLI-side token auth needs RAY_AUTH_MODE=token) and start the detached
@@ -35,10 +36,16 @@ from tidal.jobs.spec import JobSpec
 def load_spec(path: Path) -> JobSpec:
     if not path.exists():
         raise SystemExit(f"tidal: {path}: no such file")
-    scope = runpy.run_path(str(path), run_name="tidal_job")
-    spec = scope.get("spec")
-    if spec is None and callable(scope.get("make_spec")):
-        spec = scope["make_spec"]()
+    try:  # the file's own errors (a bad JobSpec field included) are one line, not a traceback
+        scope = runpy.run_path(str(path), run_name="tidal_job")
+        spec = scope.get("spec")
+        if spec is None and callable(scope.get("make_spec")):
+            spec = scope["make_spec"]()
+    except SyntaxError as e:
+        raise SystemExit(f"tidal: {path}:{e.lineno}: {e.msg}") from None
+    except Exception as e:
+        first = (str(e).strip().splitlines() or [""])[0]
+        raise SystemExit(f"tidal: {path}: {type(e).__name__}: {first}") from None
     if not isinstance(spec, JobSpec):
         raise SystemExit(f"tidal: {path} defines neither a JobSpec `spec` nor a `make_spec()` returning one")
     return spec
@@ -73,8 +80,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     import ray
 
     from tidal.jobs.ds_config import deepspeed_config
-    from tidal.jobs.spec import plans_for
-    from tidal.planner.fitting import profile_and_fit, sample_plans
+    from tidal.jobs.spec import SpecError, plans_for
+    from tidal.planner.jobplan import Cluster, ProfileConfig, plan_job, profile_plans
     from tidal.planner.planner import packed, rank_plans
     from tidal.planner.profiler import profile_needs, unschedulable
 
@@ -86,17 +93,22 @@ def cmd_plan(args: argparse.Namespace) -> int:
                          f"{spec.global_batch}: data-parallel workers split it evenly")
     if not plans_for(spec, args.gpus):
         raise SystemExit(f"tidal: the job's plan space allows no plan on {args.gpus} GPUs ({spec.plans})")
-    plans = sample_plans(spec, args.gpus, args.samples, args.gpus_per_node)
+    shape = packed(args.gpus, args.gpus_per_node, gpu_mem_bytes=args.gpu_mem_gib * 2**30,
+                   host_mem_per_node=args.host_mem_gib * 2**30)
+    # the scheduler's planner entry, on the cluster this command describes, profiling on N GPUs
+    cluster = Cluster(node_gpus=shape.gpus_per_node, gpu_mem_gib=args.gpu_mem_gib)
+    cfg = ProfileConfig(samples=args.samples, steps=args.steps, use_cuda=args.cuda, max_profile_gpus=None)
+    plans = profile_plans(spec, cluster, cfg)
     _join(embedded_gpus=args.gpus, cpus=profile_needs(plans)["CPU"], log_to_driver=False)
     why = unschedulable(plans, ray.cluster_resources())
     if why:  # only on a joined cluster (an autoscaling one may still grow to fit it)
         print(f"tidal: warning: {why}; the profile waits until the cluster has them", file=sys.stderr)
     print(f"profiling {spec.name} ({len(plans)} plans, cached in $TIDAL_CACHE/profiles) ...")
-    fitted = profile_and_fit(spec, plans, gpus_per_node=args.gpus_per_node, use_cuda=args.cuda,
-                             steps=args.steps)
+    try:
+        fitted = plan_job(spec, cluster, cfg, progress=True, require=False).fitted
+    except (SpecError, RuntimeError) as e:
+        raise SystemExit(f"tidal: {e}") from None
     print(f"performance model fit error (MAPE over profiled plans): {100 * fitted.perf.mape:.1f}%")
-    shape = packed(args.gpus, args.gpus_per_node, gpu_mem_bytes=args.gpu_mem_gib * 2**30,
-                   host_mem_per_node=args.host_mem_gib * 2**30)
     ranked = rank_plans(spec, fitted.model, shape)
     if not ranked:
         print(f"no plan of {spec.name} runs on {args.gpus} GPUs (global batch {spec.global_batch})")
@@ -228,6 +240,25 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def format_events(events: list[dict[str, Any]]) -> str:
+    """`tidal events JOB`: one line per state change — time, from → to, why."""
+    import time
+
+    lines = []
+    for e in events:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(e["t"])))
+        lines.append(f"{when}  {e['from'] or '-':>9} → {e['to']:<9}  {e['note']}")
+    return "\n".join(lines)
+
+
+def cmd_events(args: argparse.Namespace) -> int:
+    from tidal.platform import sdk
+
+    _join(log_to_driver=False)
+    print(format_events(_get(sdk.connect().job_events.remote(args.job))))
+    return 0
+
+
 def cmd_cancel(args: argparse.Namespace) -> int:
     from tidal.platform import sdk
 
@@ -259,6 +290,9 @@ def main(argv: list[str] | None = None) -> int:
     st = sub.add_parser("status", help="jobs and their states")
     st.add_argument("job", nargs="?", default=None)
     st.set_defaults(func=cmd_status)
+    ev = sub.add_parser("events", help="a job's state changes, with why")
+    ev.add_argument("job")
+    ev.set_defaults(func=cmd_events)
     c = sub.add_parser("cancel", help="cancel a job (it checkpoints and frees its GPUs)")
     c.add_argument("job")
     c.set_defaults(func=cmd_cancel)

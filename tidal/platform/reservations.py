@@ -18,7 +18,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from tidal.platform.policy import Node
+from tidal.core.policy import Node
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,30 +1,34 @@
 """The Tidal scheduler: a named, detached Ray actor (`tidal-scheduler` in namespace `tidal`).
 
-It holds the queue and the running jobs, persists them in SQLite (`tidal.platform.store`), and
-every `tick_s` runs one reconcile step — an explicit controller loop:
+It holds the jobs in SQLite (`tidal.platform.store`, the one state machine of
+`tidal.core.state`) and every `tick_s`, or at once on an event, runs one reconcile step — an
+explicit controller loop:
 
-    1. collect runs that ended: SUCCEEDED, FAILED (error kept), or back to QUEUED with their
-       checkpoint (a reconfiguration or a preemption);
-    2. if a job is still STOPPING, wait: its GPUs are not free yet;
-    3. snapshot the cluster (alive nodes with GPUs, CPUs, memory) and the jobs, and call the
-       pure policy `decide(snapshot)`;
-    4. apply only the difference (`tidal.platform.controller.reconcile_step`, the step the
-       simulator runs too): running jobs whose allocation or plan changes are asked to
-       stop at their next step boundary with a checkpoint (→ STOPPING); when nothing is
-       stopping, queued jobs with an allocation are launched on exactly the nodes the decision
-       names (`Resources.node_ids`) from their checkpoint (→ RUNNING).
+    1. collect runs that ended (`tidal.platform.executor`): SUCCEEDED, back to QUEUED with
+       their checkpoint (a reconfiguration, a reclaim, or a fault of the cluster), or FAILED
+       (the job's own error);
+    2. the loan step: Serve's demand → inference GPUs lendable to training → reclaims;
+    3. admission (`tidal.platform.admission`): each PROFILING job is sized and profiled by Ray
+       tasks off this actor, in capacity reserved for it; it becomes QUEUED with its resource
+       matrix or REJECTED with the reason;
+    4. snapshot what each node offers Tidal now (`tidal.platform.capacity`, less the profiles'
+       reservations) and the scheduled jobs, and call the pure policy through the reconcile
+       step both executors share (`tidal.core.controller.reconcile_step`): running jobs whose
+       allocation or plan changes are asked to stop at their next step boundary with a
+       checkpoint (→ STOPPING); when nothing is stopping, queued jobs with an allocation are
+       launched on exactly the nodes the decision names (→ RUNNING).
+
+`submit` validates cheaply (the spec's type, the GPUs the cluster could ever give it), stores
+the job PROFILING and returns its id: nothing slow runs in the actor. The SDK's dry run has
+already built the model and taken one step on the client (`tidal.jobs.dryrun`).
 
 A restarted actor (`max_restarts=-1`) reopens the store: jobs it had RUNNING or STOPPING lost
-their runs with the old actor (Ray Train's controller and workers are owned by it), so they
-return to QUEUED from the newest checkpoint found under their run's storage directory.
-
-Jobs are planned at submission: a few profiles on real engines (`tidal.planner.fitting`), then
-the resource matrix (best plan and predicted samples/s per GPU count) the policy chooses from.
-A job that fits no plan on the cluster is rejected with the reason. Profiles that are not in the
-cache need GPUs and CPUs like any run; `submit` reserves them on chosen nodes
-(`tidal.platform.reservations`) and every snapshot the policy sees has that much less capacity
-until profiling ends, so on a full cluster the policy shrinks running jobs to make room instead
-of `submit` waiting for one to finish. A reservation never takes a guaranteed job's GPUs.
+their runs with the old actor (Ray Train's controller and workers are owned by it; Train's
+placement-group cleaner removes their placement groups), so they return to QUEUED from the
+newest checkpoint found under their run's storage directory; PROFILING jobs start their
+admission again (the profile cache keeps what was measured). Until the old placement groups
+are gone their GPUs are not free, and the snapshot, built from what Ray reports free, does not
+offer them: nothing is launched into capacity a predecessor still holds.
 """
 
 from __future__ import annotations
@@ -32,8 +36,6 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import math
-import pickle
 import threading
 import time
 import uuid
@@ -45,12 +47,16 @@ from typing import Any
 import ray
 
 from tidal.autoscaler.reclaim import Borrower, choose_reclaim
-from tidal.jobs.checkpoint import read_meta, read_metrics
-from tidal.jobs.runner import Resources, RunHandle, launch, storage_root
+from tidal.core.controller import ActionRecord, reconcile_step
+from tidal.core.policy import Allocation, JobView, Node, Option, PolicyConfig, Snapshot
+from tidal.jobs.checkpoint import read_meta
 from tidal.jobs.spec import JobSpec, Plan, SpecError
+from tidal.planner.jobplan import Cluster, ProfileConfig, check_fits
+from tidal.platform import admission
+from tidal.platform.admission import Admission, Stage
 from tidal.platform.capacity import POOL_LABEL, Held, build_nodes
-from tidal.platform.controller import ActionRecord, Phase, reconcile_step
-from tidal.platform.policy import Allocation, JobView, Node, Option, PolicyConfig, Snapshot
+from tidal.platform.executor import Executor, infrastructure_failure, run_checkpoints
+from tidal.platform.metrics import Metrics
 from tidal.platform.reservations import Reservation, reserve, without
 from tidal.platform.store import JobRecord, JobState, Store, state_dir
 from tidal.serving.loans import LoanConfig, decide_loan, lend_by_node
@@ -60,15 +66,6 @@ LOG_LIMIT = 10_000  # entries kept of the actor's action and placement logs
 
 SCHEDULER_NAME = "tidal-scheduler"
 NAMESPACE = "tidal"
-
-
-@dataclass(frozen=True, kw_only=True)
-class Profiling:
-    """A submission whose profiles are being measured (`submit` has not returned yet)."""
-
-    name: str
-    plans: int  # plans measured (the cached ones are not counted)
-    reservation: Reservation | None  # None: nothing could host the workers; they wait in Ray
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,83 +79,23 @@ class SchedulerConfig:
     gpu_mem_gib: float = 80.0
     cpus_per_worker: float = 1.0
     restart_cost_s: float = 30.0
-    max_failures: int = 1  # Ray Train restarts a crashed worker group from its last checkpoint
+    # Ray Train's own restarts of a crashed worker group; 0: every fault comes back to the
+    # scheduler, which requeues the job from its newest checkpoint (counted in `restarts`) and
+    # may place it elsewhere (the node may be gone)
+    max_failures: int = 0
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     # the loan manager, in Serve replicas (one GPU each) per tick: replica_rps=1 makes its rates
     # replica counts; lead_s: checkpoint + stop + a replica's start
     loans: LoanConfig = field(default_factory=lambda: LoanConfig(replica_rps=1.0, interval_s=2.0, lead_s=15.0,
                                                                  window=15, min_replicas=0))
     max_infra_restarts: int = 10  # requeues after infrastructure failures before a job FAILS
+    max_admission_attempts: int = 3  # admission tasks lost to the cluster before a job is REJECTED
     release_grace_s: float = 20.0  # a stopped run's GPUs count as Tidal's this long (Ray frees them late)
 
-
-# What an infrastructure failure looks like from a run's error: a dead worker, node or actor, or
-# a collective torn down under a surviving worker (gloo/NCCL). Anything else — the job's loss or
-# model raising, a non-finite loss (tidal.jobs.worker.NonFiniteLoss) — is the job's own error.
-_INFRA_TYPES = ("ActorDiedError", "RayActorError", "WorkerCrashedError", "NodeDiedError",
-                "ActorUnavailableError", "OwnerDiedError", "ObjectLostError", "RaySystemError")
-_INFRA_TEXT = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "NCCL error",
-               "ProcessGroupNCCL", "ProcessGroupGloo", "The actor died", "worker died",
-               "node died", "SYSTEM_ERROR", "Socket Timeout")
-
-
-def infrastructure_failure(error: BaseException) -> bool:
-    """True if a run failed for the cluster's reason, not the job's (see the markers above). The
-    job's own error wins when both appear: a NonFiniteLoss is never retried."""
-    chain: list[BaseException] = []
-    e: BaseException | None = error
-    while e is not None and e not in chain and len(chain) < 10:
-        chain.append(e)
-        e = getattr(e, "cause", None) or e.__cause__ or e.__context__
-    text = " ".join(f"{type(x).__name__}: {x}" for x in chain)
-    if "NonFiniteLoss" in text or "non-finite loss" in text:
-        return False
-    return any(t in text for t in _INFRA_TYPES) or any(t in text for t in _INFRA_TEXT)
-
-
-def _run_checkpoints(run_id: str | None) -> tuple[str | None, int, list[dict[str, Any]]]:
-    """A lost run's newest complete checkpoint, its step, and the metrics of the steps up to it."""
-    if not run_id:
-        return None, 0, []
-    root = storage_root() / run_id
-    best: tuple[str | None, int] = (None, 0)
-    metrics: list[dict[str, Any]] = []
-    for d in sorted(root.glob("step_*")) if root.exists() else []:
-        try:
-            step = int(read_meta(d)["step"])
-        except Exception:  # a half-written checkpoint: skip it
-            continue
-        metrics += read_metrics(d)
-        if step >= best[1]:
-            best = (str(d), step)
-    return best[0], best[1], [m for m in metrics if int(m["step"]) <= best[1]]
-
-
-class _Metrics:
-    """Ray metrics (`ray.util.metrics`): exported as `ray_tidal_*` on the metrics endpoint, so the
-    Ray dashboard / Prometheus / Grafana show them."""
-
-    def __init__(self) -> None:
-        from ray.util.metrics import Counter, Gauge
-
-        self.jobs = Gauge("tidal_jobs", "Tidal jobs per state", tag_keys=("state",))
-        self.gpus = Gauge("tidal_job_gpus", "GPUs held by a Tidal job", tag_keys=("job",))
-        self.sps = Gauge("tidal_job_samples_per_s", "Throughput of a Tidal job, predicted and measured",
-                         tag_keys=("job", "kind"))
-        self.changes = Counter("tidal_plan_changes", "Reconfigurations of running jobs", tag_keys=("job",))
-        self.pool_gpus = Gauge("tidal_pool_gpus",
-                               "GPUs per pool: total, lendable (inference), lent to training",
-                               tag_keys=("pool", "kind"))
-        self.reclaims = Counter("tidal_reclaims", "Jobs stopped to give lent GPUs back to Serve",
-                                tag_keys=("job",))
-
-    def update(self, recs: list[JobRecord]) -> None:
-        for state in JobState:
-            self.jobs.set(sum(1 for r in recs if r.state is state), tags={"state": state.value})
-        for r in recs:
-            self.gpus.set(sum(int(g) for _, g in r.allocation or []), tags={"job": r.job_id})
-            self.sps.set(r.predicted_sps, tags={"job": r.job_id, "kind": "predicted"})
-            self.sps.set(r.measured_sps, tags={"job": r.job_id, "kind": "measured"})
+    def profiling(self) -> ProfileConfig:
+        return ProfileConfig(samples=self.profile_samples, steps=self.profile_steps,
+                             gpus_per_worker=self.profile_gpus, use_cuda=self.use_cuda,
+                             cpus_per_gpu=self.cpus_per_worker)
 
 
 class Scheduler:
@@ -170,17 +107,16 @@ class Scheduler:
         self.store = Store(path)
         self.curves_dir = path.parent / "curves"
         self.curves_dir.mkdir(parents=True, exist_ok=True)
-        self.handles: dict[str, RunHandle] = {}
+        self.executor = Executor(cpus_per_worker=self.cfg.cpus_per_worker, max_failures=self.cfg.max_failures,
+                                 release_grace_s=self.cfg.release_grace_s)
         # in-memory logs of a long-lived actor: bounded (the store and the logger keep the rest)
         self.placement_checks: deque[dict[str, Any]] = deque(maxlen=LOG_LIMIT)
-        self.cancel_requested: set[str] = set()
-        self.profiling: dict[str, Profiling] = {}  # submissions being profiled, by key
+        self.admissions: dict[str, Admission] = {}  # PROFILING jobs' admission stage, by job
         self.lock = threading.RLock()
         self.events: deque[str] = deque(maxlen=200)
         self.action_log: deque[ActionRecord] = deque(maxlen=LOG_LIMIT)
-        self.metrics = _Metrics()
+        self.metrics = Metrics()
         self.demand: deque[float] = deque(maxlen=120)  # Serve's wanted replicas, one per tick
-        self.released: deque[tuple[float, tuple[tuple[str, int], ...]]] = deque(maxlen=1000)
         self.loan_state: dict[str, Any] = {}
         self.specs: dict[str, JobSpec] = {}
         self.reasons: dict[str, str] = {}  # why a queued job waits, from the last decision
@@ -194,60 +130,62 @@ class Scheduler:
         return "ok"
 
     def submit(self, spec: JobSpec, options: tuple[Option, ...] | None = None) -> str:
-        """Queue a job. `options` (its resource matrix: best plan and samples/s per GPU count, e.g.
-        from `tidal plan`) skips the profiling; they are checked against the spec and cluster."""
+        """Store a job and return its id at once. Without `options` it is PROFILING: admission
+        plans it off the actor. `options` (its resource matrix: best plan and samples/s per GPU
+        count, e.g. from `tidal plan`) are checked against the spec and cluster and queue it."""
         if not isinstance(spec, JobSpec):
             raise SpecError("spec", f"expected a tidal.JobSpec, got {type(spec).__name__}")
-        if options is None:
-            options, predicted_guarantee = self._plan(spec)
-        else:
-            options, predicted_guarantee = self._check_options(spec, tuple(options))
-        job_id = f"{spec.name}-{uuid.uuid4().hex[:6]}"
         from ray import cloudpickle
 
-        self.store.add(JobRecord(job_id=job_id, name=spec.name, spec=cloudpickle.dumps(spec),
-                                 options=pickle.dumps((options, predicted_guarantee))))
-        self._event(f"{job_id} submitted ({len(options)} options, "
-                    f"{options[0].gpus}-{options[-1].gpus} GPUs)")
+        cluster = self._cluster()
+        job_id = f"{spec.name}-{uuid.uuid4().hex[:6]}"
+        if options is None:
+            check_fits(spec, cluster)  # SpecError naming the field: nothing stored, nothing reserved
+            rec = JobRecord(job_id=job_id, name=spec.name, spec=cloudpickle.dumps(spec))
+            note = "submitted; admission profiles it off the scheduler"
+        else:
+            opts, guarantee = self._check_options(spec, tuple(options), cluster)
+            rec = JobRecord(job_id=job_id, name=spec.name, spec=cloudpickle.dumps(spec),
+                            state=JobState.QUEUED, options=opts, guarantee=guarantee)
+            note = f"submitted with {len(opts)} options, {opts[0].gpus}-{opts[-1].gpus} GPUs"
+        with self.lock:
+            self.store.add(rec, note)
+            self.specs[job_id] = spec
+        self._event(f"{job_id} {note}")
         self._wake.set()
         return job_id
 
     def status(self, job_id: str | None = None) -> list[dict[str, Any]]:
         recs = [self.store.get(job_id)] if job_id else self.store.all()
-        out = []
-        for r in recs:
-            h = self.handles.get(r.job_id)
-            p = h.progress() if h is not None else None
-            spec = self._spec(r)
-            step = int((p or {}).get("step", r.step))
-            sps = float((p or {}).get("samples_per_s", r.measured_sps) or 0.0)
-            running = r.state in (JobState.RUNNING, JobState.STOPPING)
-            eta = (spec.total_steps - step) * spec.global_batch / sps if running and sps > 0 else None
-            out.append({
-                "total_steps": spec.total_steps, "eta_s": eta,
-                "reason": self.reasons.get(r.job_id, "") if r.state is JobState.QUEUED else "",
-                "job_id": r.job_id, "name": r.name, "state": r.state.value,
-                "plan": Plan.from_dict(r.plan).short() if r.plan else "",
-                "gpus": sum(g for _, g in r.allocation or []),
-                "nodes": [n for n, _ in r.allocation or []],
-                "predicted_sps": r.predicted_sps,
-                "measured_sps": (p or {}).get("samples_per_s", r.measured_sps),
-                "step": (p or {}).get("step", r.step), "restarts": r.restarts, "error": r.error,
-                "checkpoint": r.checkpoint,
-            })
-        if job_id is None:  # submissions still being profiled: not jobs yet, but visible
-            for key, prof in list(self.profiling.items()):
-                res = prof.reservation
-                out.append({
-                    "total_steps": 0, "eta_s": None,
-                    "reason": f"profiling {prof.plans} plans"
-                              + ("" if res else ", waiting for free resources"),
-                    "job_id": key, "name": prof.name, "state": "PROFILING", "plan": f"{prof.plans} plans",
-                    "gpus": math.ceil(len(res.workers) * res.gpus_per_worker - 1e-9) if res else 0,
-                    "nodes": sorted(set(res.workers)) if res else [], "predicted_sps": 0.0,
-                    "measured_sps": 0.0, "step": 0, "restarts": 0, "error": None, "checkpoint": None,
-                })
-        return out
+        return [self._row(r) for r in recs]
+
+    def _row(self, r: JobRecord) -> dict[str, Any]:
+        p = self.executor.progress(r.job_id)
+        spec = self._spec(r)
+        step = int((p or {}).get("step", r.step))
+        sps = float((p or {}).get("samples_per_s", r.measured_sps) or 0.0)
+        running = r.state in (JobState.RUNNING, JobState.STOPPING)
+        eta = (spec.total_steps - step) * spec.global_batch / sps if running and sps > 0 else None
+        gpus, nodes = sum(g for _, g in r.allocation or []), [n for n, _ in r.allocation or []]
+        reason = self.reasons.get(r.job_id, "") if r.state is JobState.QUEUED else ""
+        adm = self.admissions.get(r.job_id)
+        if r.state is JobState.PROFILING:
+            reason = adm.reason() if adm else "waiting for the scheduler's next step"
+            res = adm.reservation if adm else None
+            gpus = int(sum(g for g, _ in (res.on(n) for n in set(res.workers))) + 0.999) if res else 0
+            nodes = sorted(set(res.workers)) if res else []
+        return {
+            "total_steps": spec.total_steps, "eta_s": eta, "reason": reason,
+            "job_id": r.job_id, "name": r.name, "state": r.state.value,
+            "plan": Plan.from_dict(r.plan).short() if r.plan else "",
+            "gpus": gpus, "nodes": nodes, "predicted_sps": r.predicted_sps, "measured_sps": sps,
+            "step": step, "restarts": r.restarts, "error": r.error, "checkpoint": r.checkpoint,
+        }
+
+    def job_events(self, job_id: str) -> list[dict[str, Any]]:
+        """The job's state changes, oldest first (`tidal events JOB`)."""
+        return [{"t": e.t, "from": e.from_state, "to": e.to_state, "note": e.note}
+                for e in self.store.events(job_id)]
 
     def _spec(self, r: JobRecord) -> JobSpec:
         """The job's spec, unpickled once per job."""
@@ -258,32 +196,50 @@ class Scheduler:
         return self.specs[r.job_id]
 
     def cancel(self, job_id: str) -> None:
+        """Cancel a job in any state that has not ended: a PROFILING job's admission tasks are
+        stopped; a running job checkpoints and stops, then is CANCELLED."""
         with self.lock:
             r = self.store.get(job_id)
             if r.state.terminal:
                 return
-            h = self.handles.get(job_id)
-            if h is not None:
-                self.cancel_requested.add(job_id)
-                h.stop()
+            if r.state is JobState.PROFILING:
+                adm = self.admissions.pop(job_id, None)
+                if adm is not None and adm.ref is not None:
+                    admission.cancel(adm)
+                self.store.transition(job_id, JobState.CANCELLED, "cancelled while profiling",
+                                      finished=time.time())
+            elif self.executor.stop(job_id):
+                self.store.update(job_id, cancel_requested=True)  # durable: a restarted actor honours it
                 if r.state is JobState.RUNNING:
-                    self.store.update(job_id, state=JobState.STOPPING)
+                    self.store.transition(job_id, JobState.STOPPING, "cancel requested")
             else:
-                self.store.update(job_id, state=JobState.CANCELLED, finished=time.time())
+                self.store.transition(job_id, JobState.CANCELLED, "cancelled while queued",
+                                      finished=time.time())
         self._event(f"{job_id} cancel requested")
         self._wake.set()
 
     def history(self, job_id: str) -> list[dict[str, Any]]:
         """The job's per-step metrics over all its runs so far (later runs win a step)."""
         steps = {int(m["step"]): m for m in self._curve(job_id)}
-        h = self.handles.get(job_id)
-        for m in h.history() if h is not None else []:
+        for m in self.executor.history(job_id):
             steps[int(m["step"])] = m
         return [steps[k] for k in sorted(steps)]
 
     def placements(self) -> list[dict[str, Any]]:
         """For every finished run: the nodes the decision named and where the workers ran."""
         return list(self.placement_checks)
+
+    def recent_events(self) -> list[str]:
+        return list(self.events)
+
+    def pools(self) -> dict[str, Any]:
+        """The inference pool's loan state (total, lendable and lent GPUs, Serve's replicas)."""
+        return dict(self.loan_state)
+
+    def actions(self) -> list[ActionRecord]:
+        """Every stop and launch this actor applied: (time, stop|launch, job, GPUs per node, plan),
+        the same record the simulator keeps (the conformance suite compares the two)."""
+        return list(self.action_log)
 
     def _curve(self, job_id: str) -> list[dict[str, Any]]:
         path = self.curves_dir / f"{job_id}.json"
@@ -293,9 +249,6 @@ class Scheduler:
         steps = {int(m["step"]): m for m in self._curve(job_id)}
         steps.update({int(m["step"]): m for m in history})
         (self.curves_dir / f"{job_id}.json").write_text(json.dumps([steps[k] for k in sorted(steps)]))
-
-    def recent_events(self) -> list[str]:
-        return list(self.events)
 
     # -- the controller ------------------------------------------------------------------
 
@@ -307,12 +260,20 @@ class Scheduler:
     def _recover(self) -> None:
         for r in self.store.all():
             if r.state in (JobState.RUNNING, JobState.STOPPING):
-                ckpt, step, metrics = _run_checkpoints(r.run_id)
+                ckpt, step, metrics = run_checkpoints(r.run_id)
                 self._save_curve(r.job_id, metrics)
-                self.store.update(r.job_id, state=JobState.QUEUED, allocation=None,
-                                  checkpoint=ckpt or r.checkpoint, step=max(step, r.step),
-                                  restarts=r.restarts + 1)
+                if r.cancel_requested:
+                    self.store.transition(r.job_id, JobState.CANCELLED, "cancelled; the scheduler restarted "
+                                          "while it stopped", allocation=None, finished=time.time(),
+                                          checkpoint=ckpt or r.checkpoint, step=max(step, r.step))
+                    continue
+                self.store.transition(r.job_id, JobState.QUEUED,
+                                      f"scheduler restarted: run {r.run_id} lost, resumes from step {step}",
+                                      allocation=None, checkpoint=ckpt or r.checkpoint,
+                                      step=max(step, r.step), restarts=r.restarts + 1)
                 self._event(f"{r.job_id} recovered after a scheduler restart, from step {step}")
+            elif r.state is JobState.PROFILING:
+                self._event(f"{r.job_id} admission starts again after a scheduler restart")
 
     def _loop(self) -> None:
         while True:
@@ -323,100 +284,119 @@ class Scheduler:
             except Exception:  # the loop must survive; the error is logged with its trace
                 log.exception("reconcile failed")
 
-    def _plan(self, spec: JobSpec) -> tuple[tuple[Option, ...], float | None]:
-        from tidal.planner.fitting import fit_job, sample_plans
-        from tidal.planner.planner import best_plan, packed, require_feasible, score
-        from tidal.planner.profiler import profile
+    def _cluster(self) -> Cluster:
+        return Cluster(node_gpus=tuple(n.gpus for n in self._cluster_nodes()),
+                       gpu_mem_gib=self.cfg.gpu_mem_gib)
 
-        nodes = self._cluster_nodes()
-        if not nodes:
-            raise SpecError("cluster", "the Ray cluster has no node with GPUs")
-        per_node = max(n.gpus for n in nodes)
-        total = sum(n.gpus for n in nodes)
-        top = min(spec.max_gpus, total)
-        if top < spec.min_gpus:
-            raise SpecError("JobSpec.min_gpus", f"needs {spec.min_gpus} GPUs, the cluster has {total}")
-        plans = sample_plans(spec, min(top, 2), self.cfg.profile_samples, per_node)
-        hardware = "cuda" if self.cfg.use_cuda else "cpu"
-        key, res = self._begin_profiling(spec, plans, hardware, nodes)
-        try:
-            records = profile(spec, plans, hardware=hardware, use_cuda=self.cfg.use_cuda,
-                              steps=self.cfg.profile_steps, progress=False,
-                              gpus_per_worker=self.cfg.profile_gpus,
-                              node_ids=res.workers if res else None)
-        finally:
-            if key:
-                with self.lock:
-                    del self.profiling[key]
-                self._event(f"{key} done" + (": reservation released" if res else ""))
-                self._wake.set()
-        fitted = fit_job(spec, records, gpus_per_node=per_node)
-        mem = self.cfg.gpu_mem_gib * 2**30
-        shapes = [packed(n, per_node, gpu_mem_bytes=mem) for n in range(spec.min_gpus, top + 1)
-                  if spec.global_batch % n == 0]
-        require_feasible(spec, fitted.model, shapes)  # raises NoFeasiblePlan with the reason
-        options = []
-        for shape in shapes:
-            c = best_plan(spec, fitted.model, shape)
-            if c is not None:
-                options.append(Option(gpus=shape.num_gpus, plan=c.plan, samples_per_s=c.samples_per_s,
-                                      cpus_per_gpu=self.cfg.cpus_per_worker))
-        guarantee = None
-        if spec.guaranteed and spec.plan is not None and spec.requested_gpus is not None:
-            guarantee = score(spec.plan, fitted.model, packed(spec.requested_gpus, per_node,
-                                                              gpu_mem_bytes=mem)).samples_per_s
-        return tuple(options), guarantee
+    def _admit(self, recs: list[JobRecord], nodes: list[Node]) -> None:
+        """Step 3: move every PROFILING job one stage on (`tidal.platform.admission`)."""
+        cluster: Cluster | None = None
+        for r in recs:
+            if r.state is not JobState.PROFILING:
+                continue
+            jid, spec = r.job_id, self._spec(r)
+            adm = self.admissions.get(jid)
+            cluster = cluster or self._cluster()
+            if adm is None:
+                self.admissions[jid] = admission.start_sizing(spec, cluster, self.cfg.profiling())
+                continue
+            if adm.stage is Stage.WAITING:  # profiles known, capacity not yet: try again
+                self._start_profiles(r, spec, cluster, nodes, adm.plans, adm.workers, adm.attempts)
+                continue
+            if not admission.done(adm):
+                continue
+            try:
+                value = ray.get(adm.ref)
+            except Exception as e:
+                self._admission_failed(r, adm, e)
+                continue
+            if adm.stage is Stage.SIZING:  # value: the plans to measure
+                workers = max((p.dp for p in value), default=0)
+                self._start_profiles(r, spec, cluster, nodes, len(value), workers, adm.attempts)
+                continue
+            options, guarantee = value
+            del self.admissions[jid]
+            took = time.time() - r.submitted
+            self.store.transition(jid, JobState.QUEUED,
+                                  f"planned in {took:.1f} s: {len(options)} options, "
+                                  f"{options[0].gpus}-{options[-1].gpus} GPUs",
+                                  options=tuple(options), guarantee=guarantee)
+            self.metrics.admission_s.set(took, tags={"job": jid})
+            self._event(f"{jid} QUEUED after {took:.1f} s of admission")
+            self._wake.set()
 
-    def _begin_profiling(self, spec: JobSpec, plans: list[Plan], hardware: str,
-                         nodes: list[Node]) -> tuple[str | None, Reservation | None]:
-        """Register the profiles `profile` will measure (not the cached ones) under a key that
-        `status` lists, and reserve their workers, so that the policy makes room for them on a
-        full cluster (`tidal.platform.reservations`). (None, None) when everything is cached;
-        no reservation when nothing outside guaranteed jobs and other profiles can host them."""
-        from tidal.planner.profiler import PROFILE_CPUS_PER_WORKER, uncached
+    def _start_profiles(self, r: JobRecord, spec: JobSpec, cluster: Cluster, nodes: list[Node],
+                        plans: int, workers: int, attempts: int) -> None:
+        """Reserve capacity for the job's profiles and start them; with nothing to measure, plan
+        from the cache at once; with no capacity outside guaranteed jobs and other profiles,
+        wait (the job stays PROFILING, its reason says so) instead of queueing tasks in Ray."""
+        res: Reservation | None = None
+        if plans:
+            res = self._reserve(nodes, workers)
+            if res is None:
+                was = self.admissions.get(r.job_id)
+                self.admissions[r.job_id] = Admission(stage=Stage.WAITING, ref=None, plans=plans,
+                                                      workers=workers, attempts=attempts)
+                if was is None or was.stage is not Stage.WAITING:
+                    self._event(f"{r.job_id}: {plans} profiles wait for capacity outside guaranteed jobs "
+                                "and other profiles")
+                return
+        self.admissions[r.job_id] = admission.start_planning(spec, cluster, self.cfg.profiling(), plans, res,
+                                                             attempts)
+        self._event(f"{r.job_id}: profiling {plans} plans"
+                    + (f", reserved {len(res.workers)} workers on {sorted(set(res.workers))}" if res else ""))
+        self._wake.set()  # the policy makes room now, not at the next tick
 
-        todo = uncached(spec, plans, hardware=hardware, steps=self.cfg.profile_steps)
-        if not todo:
-            return None, None
-        key = f"profile-{spec.name}-{uuid.uuid4().hex[:6]}"
-        with self.lock:
-            held: dict[str, tuple[float, float]] = {}
-            kept: dict[str, tuple[float, float]] = {}  # guaranteed jobs' GPUs: never reserved
-            for r in self.store.all():
-                if r.state in (JobState.RUNNING, JobState.STOPPING):
-                    guaranteed = pickle.loads(r.options)[1] is not None
-                    for nid, g in r.allocation or []:
-                        for into in (held, kept) if guaranteed else (held,):
-                            hg, hc = into.get(nid, (0.0, 0.0))
-                            into[nid] = (hg + g, hc + g * self.cfg.cpus_per_worker)
-            res = reserve(nodes, held, max(p.dp for p in todo), gpus_per_worker=self.cfg.profile_gpus,
-                          cpus_per_worker=PROFILE_CPUS_PER_WORKER, kept=kept,
-                          reserved=[p.reservation for p in self.profiling.values() if p.reservation])
-            self.profiling[key] = Profiling(name=spec.name, plans=len(todo), reservation=res)
-        if res is None:
-            self._event(f"{key}: {len(todo)} plans; no capacity outside guaranteed jobs and other "
-                        "profiles can host its workers: they wait for free resources")
-        else:
-            self._event(f"{key}: {len(todo)} plans, reserved {len(res.workers)} workers "
-                        f"on {sorted(set(res.workers))}")
-            self._wake.set()  # the policy makes room now, not at the next tick
-        return key, res
+    def _reserve(self, nodes: list[Node], workers: int) -> Reservation | None:
+        """Capacity for `workers` profile workers (`tidal.platform.reservations.reserve`): free
+        capacity first; never a guaranteed job's GPUs or another profile's."""
+        from tidal.planner.profiler import PROFILE_CPUS_PER_WORKER
 
-    def _check_options(self, spec: JobSpec,
-                       options: tuple[Option, ...]) -> tuple[tuple[Option, ...], float | None]:
+        held: dict[str, tuple[float, float]] = {}
+        kept: dict[str, tuple[float, float]] = {}  # guaranteed jobs' GPUs: never reserved
+        for r in self.store.all():
+            if r.state in (JobState.RUNNING, JobState.STOPPING):
+                for nid, g in r.allocation or []:
+                    for into in (held, kept) if r.guarantee is not None else (held,):
+                        hg, hc = into.get(nid, (0.0, 0.0))
+                        into[nid] = (hg + g, hc + g * self.cfg.cpus_per_worker)
+        return reserve(nodes, held, workers, gpus_per_worker=self.cfg.profile_gpus,
+                       cpus_per_worker=PROFILE_CPUS_PER_WORKER, kept=kept, reserved=self._reservations())
+
+    def _reservations(self) -> list[Reservation]:
+        return [a.reservation for a in self.admissions.values() if a.reservation is not None]
+
+    def _admission_failed(self, r: JobRecord, adm: Admission, e: Exception) -> None:
+        """The job's own answer (a SpecError: it fits no plan, every profile failed) rejects it;
+        a fault of the cluster starts its admission again, up to `max_admission_attempts`."""
+        del self.admissions[r.job_id]
+        why = admission.user_error(e)
+        if why is None and adm.attempts < self.cfg.max_admission_attempts:
+            self.admissions[r.job_id] = admission.start_sizing(self._spec(r), self._cluster(),
+                                                               self.cfg.profiling(), adm.attempts + 1)
+            self._event(f"{r.job_id}: admission lost to the cluster ({type(e).__name__}); attempt "
+                        f"{adm.attempts + 1}")
+            return
+        reason = why or f"admission failed {adm.attempts} times: {type(e).__name__}: {e}"
+        reason = reason.splitlines()[0][:500]
+        self.store.transition(r.job_id, JobState.REJECTED, reason, error=reason, finished=time.time())
+        self._event(f"{r.job_id} REJECTED: {reason}")
+
+    def _check_options(self, spec: JobSpec, options: tuple[Option, ...],
+                       cluster: Cluster) -> tuple[tuple[Option, ...], float | None]:
         if not options or any(not isinstance(o, Option) for o in options):
-            raise SpecError("options", "must be a non-empty sequence of tidal.platform.policy.Option")
+            raise SpecError("options", "must be a non-empty sequence of tidal.core.policy.Option")
         if any(a.gpus >= b.gpus for a, b in itertools.pairwise(options)):
             raise SpecError("options", "GPU counts must increase from one option to the next")
-        total = sum(n.gpus for n in self._cluster_nodes())
         for o in options:
             spec.check_plan(o.plan)  # PlanError naming the plan if the job cannot run it
             if o.plan.num_gpus != o.gpus or o.samples_per_s <= 0:
                 raise SpecError("options",
                                 f"option {o.plan.short()}: needs gpus == the plan's GPUs and samples/s > 0")
-        if options[0].gpus > total:
+        if options[0].gpus > cluster.total:
             raise SpecError("options",
-                            f"the smallest option needs {options[0].gpus} GPUs, the cluster has {total}")
+                            f"the smallest option needs {options[0].gpus} GPUs, "
+                            f"the cluster has {cluster.total}")
         guarantee = None
         if spec.guaranteed:
             match = [o for o in options if o.gpus == spec.requested_gpus and o.plan == spec.plan]
@@ -439,26 +419,28 @@ class Scheduler:
 
     def _nodes(self, ray_nodes: list[dict[str, Any]]) -> list[Node]:
         """What each node offers Tidal now (`tidal.platform.capacity.build_nodes`): free capacity
-        plus what Tidal's runs hold (and, for `release_grace_s`, what runs that just ended held:
-        Ray frees a finished run's placement group a little later), inference nodes only what the
-        last loan step lent."""
+        plus what Tidal holds — its runs, its profiles' reservations, and for `release_grace_s`
+        what runs that just ended held (Ray frees a finished run's placement group a little
+        later) — inference nodes only what the last loan step lent. The reservations are taken
+        off again by the caller (`reservations.without`): the policy never offers them."""
         from ray._private.state import available_resources_per_node
 
         held: dict[str, Held] = {}
 
-        def add(nid: str, g: float) -> None:
+        def add(nid: str, g: float, c: float) -> None:
             h = held.get(nid, Held())
-            held[nid] = Held(gpus=h.gpus + g, cpus=h.cpus + g * self.cfg.cpus_per_worker)
+            held[nid] = Held(gpus=h.gpus + g, cpus=h.cpus + c)
 
         for r in self.store.all():
             if r.state in (JobState.RUNNING, JobState.STOPPING):
                 for nid, g in r.allocation or []:
-                    add(nid, float(g))
-        now = time.time()
-        for t, alloc in self.released:
-            if now - t < self.cfg.release_grace_s:
-                for nid, g in alloc:
-                    add(nid, float(g))
+                    add(nid, float(g), float(g) * self.cfg.cpus_per_worker)
+        for alloc in self.executor.recently_released(time.time()):
+            for nid, g in alloc:
+                add(nid, float(g), float(g) * self.cfg.cpus_per_worker)
+        for res in self._reservations():
+            for nid in set(res.workers):
+                add(nid, *res.on(nid))
         return build_nodes(ray_nodes, available_resources_per_node(), held, self.loan_state.get("lent", {}),
                            recall_risk=float(self.loan_state.get("risk", 1.0)))
 
@@ -494,12 +476,11 @@ class Scheduler:
             borrowers = []
             for r in recs:
                 lent = tuple((nid, int(g)) for nid, g in r.allocation or [] if nid in pool)
-                if r.state is not JobState.RUNNING or not lent or r.job_id not in self.handles:
+                if r.state is not JobState.RUNNING or not lent or not self.executor.has_run(r.job_id):
                     continue
-                options = pickle.loads(r.options)[0]
                 gpus = sum(int(g) for _, g in r.allocation or [])
                 borrowers.append(Borrower(job_id=r.job_id, gpus=gpus, lent_by_node=lent,
-                                          options=tuple(o.gpus for o in options),
+                                          options=tuple(o.gpus for o in r.options),
                                           restart_s=self.cfg.restart_cost_s or 30.0))
             by_id = {r.job_id: r for r in recs}
             for pick in choose_reclaim(borrowers, need):
@@ -520,30 +501,25 @@ class Scheduler:
 
     def _stop(self, r: JobRecord, why: str) -> None:
         """Ask a running job to stop at its next step boundary with a checkpoint (→ STOPPING)."""
-        self.handles[r.job_id].stop()
-        self.store.update(r.job_id, state=JobState.STOPPING)
+        self.executor.stop(r.job_id)
+        self.store.transition(r.job_id, JobState.STOPPING, why)
         self._log_action("stop", r.job_id, [(n, int(g)) for n, g in r.allocation or []], "")
         self._event(f"{r.job_id} {why}")
 
-    def pools(self) -> dict[str, Any]:
-        """The inference pool's loan state (total, lendable and lent GPUs, Serve's replicas)."""
-        return dict(self.loan_state)
-
     def _collect(self) -> None:
-        for jid, h in list(self.handles.items()):
-            p = h.progress()
+        """Step 1: progress of the live runs into the store; the runs that ended into states."""
+        for jid in list(self.executor.handles):
+            p = self.executor.progress(jid)
             if p:
                 self.store.update(jid, step=int(p["step"]), measured_sps=float(p["samples_per_s"]))
-            if not h.done():
+        recs = {r.job_id: r for r in self.store.all()}
+        for ended in self.executor.collect({jid: r.allocation for jid, r in recs.items()}):
+            jid, rec = ended.job_id, recs[ended.job_id]
+            if ended.result is None:
+                assert ended.error is not None
+                self._run_failed(rec, ended.error)
                 continue
-            del self.handles[jid]
-            rec = self.store.get(jid)
-            self.released.append((time.time(), tuple((n, int(g)) for n, g in rec.allocation or [])))
-            try:
-                r = h.result()
-            except Exception as e:
-                self._run_failed(rec, e)
-                continue
+            r = ended.result
             self._save_curve(jid, r.history)
             named = sorted(n for n, g in rec.allocation or [] for _ in range(int(g)))
             ran = sorted(r.worker_nodes.values())
@@ -552,70 +528,79 @@ class Scheduler:
                 self._event(f"{jid}: workers ran on {ran}, the decision named {named}")
             fields: dict[str, Any] = {"checkpoint": r.checkpoint, "step": r.final_step, "allocation": None}
             if r.finished:
-                self.store.update(jid, state=JobState.SUCCEEDED, finished=time.time(), **fields)
+                self.store.transition(jid, JobState.SUCCEEDED, f"finished at step {r.final_step}",
+                                      finished=time.time(), **fields)
                 self._event(f"{jid} SUCCEEDED at step {r.final_step}")
-            elif jid in self.cancel_requested:
-                self.store.update(jid, state=JobState.CANCELLED, finished=time.time(), **fields)
+            elif rec.cancel_requested:
+                self.store.transition(jid, JobState.CANCELLED, f"cancelled at step {r.final_step}",
+                                      finished=time.time(), **fields)
                 self._event(f"{jid} CANCELLED at step {r.final_step}")
             else:
-                self.store.update(jid, state=JobState.QUEUED, restarts=rec.restarts + 1, **fields)
+                self.store.transition(jid, JobState.QUEUED,
+                                      f"stopped at step {r.final_step} with a checkpoint",
+                                      restarts=rec.restarts + 1, **fields)
                 self._event(f"{jid} stopped at step {r.final_step} for reconfiguration")
 
     def _run_failed(self, rec: JobRecord, e: Exception) -> None:
         """A run ended with an error. The cluster's fault (a dead worker or node, a broken
-        collective: `infrastructure_failure`) sends the job back to QUEUED from the newest
-        checkpoint in its run's storage, counted in `restarts`, up to `max_infra_restarts`; the
-        job's own error (its loss or model raising, a non-finite loss) fails it alone."""
+        collective: `executor.infrastructure_failure`) sends the job back to QUEUED from the
+        newest checkpoint in its run's storage, counted in `restarts`, up to
+        `max_infra_restarts`; the job's own error (its loss or model raising, a non-finite
+        loss) fails it alone. A job whose cancel was asked for is CANCELLED either way."""
         jid = rec.job_id
         error = f"{type(e).__name__}: {e}"[-4000:]
+        first = error.splitlines()[0][:160]
+        if rec.cancel_requested:
+            self.store.transition(jid, JobState.CANCELLED, f"cancelled; its run ended with {first}",
+                                  allocation=None, finished=time.time())
+            return
         if infrastructure_failure(e) and rec.restarts < self.cfg.max_infra_restarts:
-            ckpt, step, metrics = _run_checkpoints(rec.run_id)
+            ckpt, step, metrics = run_checkpoints(rec.run_id)
             self._save_curve(jid, metrics)
             if ckpt is None:  # nothing new: back to the checkpoint it started from
                 ckpt = rec.checkpoint
                 step = int(read_meta(ckpt)["step"]) if ckpt else 0
-            self.store.update(jid, state=JobState.QUEUED, allocation=None, checkpoint=ckpt, step=step,
-                              restarts=rec.restarts + 1)
-            self._event(f"{jid} run failed for an infrastructure reason ({error.splitlines()[0][:120]}); "
-                        f"requeued from step {step}")
+            self.store.transition(jid, JobState.QUEUED, f"run failed for an infrastructure reason ({first}); "
+                                           f"resumes from step {step}",
+                                  allocation=None, checkpoint=ckpt, step=step, restarts=rec.restarts + 1)
+            self._event(f"{jid} run failed for an infrastructure reason ({first}); requeued from step {step}")
             return
-        self.store.update(jid, state=JobState.FAILED, error=error, allocation=None, finished=time.time())
+        self.store.transition(jid, JobState.FAILED, first, error=error, allocation=None, finished=time.time())
         self._event(f"{jid} FAILED: {type(e).__name__}")
 
     def _views(self, recs: list[JobRecord]) -> list[JobView]:
-
         views = []
         for r in recs:
-            options, guarantee = pickle.loads(r.options)
             spec = self._spec(r)
             current = None
             if r.state is JobState.RUNNING and r.allocation and r.plan:
                 current = Allocation(gpus_by_node=tuple((n, int(g)) for n, g in r.allocation),
                                      plan=Plan.from_dict(r.plan))
             remaining = float(max(0, spec.total_steps - r.step) * spec.global_batch)
-            views.append(JobView(job_id=r.job_id, arrival=r.submitted, options=options, guarantee=guarantee,
-                                 current=current, restarts=r.restarts, restart_cost_s=self.cfg.restart_cost_s,
+            views.append(JobView(job_id=r.job_id, arrival=r.submitted, options=r.options,
+                                 guarantee=r.guarantee, current=current, restarts=r.restarts,
+                                 restart_cost_s=self.cfg.restart_cost_s,
                                  remaining_samples=remaining))
         return views
 
     def reconcile(self) -> None:
-
+        """One step of the loop (the module docstring's 1-4)."""
         with self.lock:
             self._collect()
             everything = self.store.all()
             self.metrics.update(everything)
             recs = [r for r in everything if not r.state.terminal]
             ray_nodes = ray.nodes()
-            self._loan_step(recs, ray_nodes)
-            recs = [r for r in self.store.all() if not r.state.terminal]
-            nodes = without(self._nodes(ray_nodes),
-                            [p.reservation for p in self.profiling.values() if p.reservation])
+            self._loan_step([r for r in recs if r.state.scheduled], ray_nodes)
+            nodes = self._nodes(ray_nodes)
+            self._admit(recs, without(nodes, self._reservations()))
+            recs = [r for r in self.store.all() if r.state.scheduled]
+            nodes = without(self._nodes(ray_nodes), self._reservations())
             if not recs or not nodes:
                 return
-            phases = {r.job_id: Phase(r.state.value) for r in recs}
             snapshot = Snapshot(now=time.time(), nodes=tuple(nodes), jobs=tuple(self._views(recs)),
                                 config=self.cfg.policy)
-            actions = reconcile_step(snapshot, phases)  # nothing while a job is still stopping
+            actions = reconcile_step(snapshot, {r.job_id: r.state for r in recs})  # waits while one stops
             decision = actions.decision
             if decision is not None:
                 self.reasons = dict(decision.reasons)
@@ -628,24 +613,15 @@ class Scheduler:
                               f" → {new.plan.short() if new else 'queued'}")
             for jid, a in actions.launch:
                 r = by_id[jid]
-                spec = self._spec(r)
-                node_ids = tuple(n for n, g in a.gpus_by_node for _ in range(g))
-                res = Resources(num_workers=a.plan.dp, gpus_per_worker=1,
-                                cpus_per_worker=self.cfg.cpus_per_worker, node_ids=node_ids)
                 run_id = f"{jid}-r{r.restarts}"
-                self.handles[jid] = launch(spec, a.plan, res, r.checkpoint, run_id=run_id,
-                                           max_failures=self.cfg.max_failures, job_key=jid)
-                opt = next(o for o in pickle.loads(r.options)[0] if o.gpus == a.gpus)
-                self.store.update(jid, state=JobState.RUNNING, plan=a.plan.to_dict(),
-                                  allocation=[[n, g] for n, g in a.gpus_by_node], run_id=run_id,
-                                  predicted_sps=opt.samples_per_s)
+                self.executor.launch(jid, self._spec(r), a, r.checkpoint, run_id)
+                opt = next(o for o in r.options if o.gpus == a.gpus)
+                self.store.transition(jid, JobState.RUNNING,
+                                      f"launched {a.plan.short()} on {dict(a.gpus_by_node)}",
+                                      plan=a.plan.to_dict(), allocation=[[n, g] for n, g in a.gpus_by_node],
+                                      run_id=run_id, predicted_sps=opt.samples_per_s)
                 self._log_action("launch", jid, list(a.gpus_by_node), a.plan.short())
                 self._event(f"{jid} launched: {a.plan.short()} on {dict(a.gpus_by_node)}")
 
     def _log_action(self, kind: str, job_id: str, gpus: list[tuple[str, int]], plan: str) -> None:
         self.action_log.append((time.time(), kind, job_id, tuple(gpus), plan))
-
-    def actions(self) -> list[ActionRecord]:
-        """Every stop and launch this actor applied: (time, stop|launch, job, GPUs per node, plan),
-        the same record the simulator keeps (the conformance suite compares the two)."""
-        return list(self.action_log)

@@ -2,21 +2,27 @@
 
 `connect()` joins the Ray cluster (`RAY_ADDRESS`, or the one this process already joined) and
 gets — or starts — the detached scheduler actor `tidal-scheduler` in namespace `tidal`. The
-spec is validated when it is built; `submit` sends it to the scheduler, which profiles and
-plans it and rejects it with the reason if no plan fits the cluster.
+spec is validated when it is built and dry-run by `submit` (model, one sample, loss, on this
+machine's CPU); the scheduler stores it PROFILING and returns its id at once, then profiles and
+plans it off the actor: it becomes QUEUED, or REJECTED with the reason.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
 
 import ray
 
+from tidal.core.policy import Option
+from tidal.core.state import TERMINAL as _TERMINAL_STATES
 from tidal.jobs.spec import JobSpec
-from tidal.platform.policy import Option
 from tidal.platform.scheduler import NAMESPACE, SCHEDULER_NAME, Scheduler, SchedulerConfig
+
+TERMINAL = frozenset(s.value for s in _TERMINAL_STATES)
+ANSWER_S = 120.0  # how long a client waits for the scheduler (a restart takes seconds)
 
 
 def connect(config: SchedulerConfig | None = None) -> Any:
@@ -35,18 +41,37 @@ class JobHandle:
         self.job_id = job_id
         self._scheduler = scheduler
 
-    def status(self) -> dict[str, Any]:
-        rows: list[dict[str, Any]] = ray.get(self._scheduler.status.remote(self.job_id))
-        return rows[0]
+    def status(self, answer_s: float = ANSWER_S) -> dict[str, Any]:
+        """The job's status row. A scheduler that restarts is waited for (Ray retries the call);
+        one that is gone is looked up again by name; one that does not answer within
+        `answer_s` is a one-line TimeoutError, never a silent hang."""
+        from ray.exceptions import GetTimeoutError, RayActorError
+
+        deadline = time.time() + answer_s
+        while True:
+            try:
+                rows: list[dict[str, Any]] = ray.get(self._scheduler.status.remote(self.job_id),
+                                                     timeout=max(1.0, deadline - time.time()))
+                return rows[0]
+            except GetTimeoutError:
+                raise TimeoutError(f"the Tidal scheduler did not answer about {self.job_id} "
+                                   f"in {answer_s:.0f} s") from None
+            except RayActorError:
+                if time.time() > deadline:
+                    raise RuntimeError(f"the Tidal scheduler is gone (asked about {self.job_id}); "
+                                       "`tidal status` starts a new one from $TIDAL_STATE") from None
+                time.sleep(1.0)
+                with contextlib.suppress(ValueError):  # not registered again yet
+                    self._scheduler = ray.get_actor(SCHEDULER_NAME, namespace=NAMESPACE)
 
     def wait(self, timeout: float | None = None, poll_s: float = 2.0,
              on_status: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-        """Block until the job ends (SUCCEEDED, FAILED or CANCELLED); returns its status.
+        """Block until the job ends (SUCCEEDED, FAILED, CANCELLED or REJECTED); returns its status.
         `on_status` sees every status polled before the end (progress output)."""
         deadline = None if timeout is None else time.time() + timeout
         while True:
             st = self.status()
-            if st["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
+            if st["state"] in TERMINAL:
                 return st
             if on_status is not None:
                 on_status(st)

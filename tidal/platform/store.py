@@ -6,11 +6,12 @@ run it launched (so the run's newest checkpoint can be found in storage), its re
 error. Writes are transactions; the file survives the actor, the driver and the Ray session
 (it lives under a configured directory, `$TIDAL_STATE`, default `~/.cache/tidal/state`).
 
-Job states form an explicit machine (`JobState`); `Store.transition` refuses a move the
-machine does not allow, so a bug cannot silently resurrect a finished job:
-
-    QUEUED → RUNNING → (STOPPING → QUEUED) … → SUCCEEDED | FAILED
-    QUEUED | RUNNING | STOPPING → CANCELLED
+Job states form one explicit machine (`tidal.core.state.JobState`, `ALLOWED`). Every change
+of state goes through `Store.transition`, which refuses a move the machine does not allow (a
+bug cannot silently resurrect a finished job) and writes an event row in the same transaction:
+`Store.events(job)` is the job's history (`tidal events JOB`). `Store.update` changes fields
+only, never the state. The resource matrix is stored as JSON, not pickled; the spec is the one
+cloudpickled column (a user's model factory and dataset are code).
 """
 
 from __future__ import annotations
@@ -21,34 +22,14 @@ import sqlite3
 import threading
 import time
 from dataclasses import dataclass, field, fields, replace
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from tidal.core.policy import Option
+from tidal.core.state import ALLOWED, JobState
 
-class JobState(str, Enum):
-    QUEUED = "QUEUED"
-    RUNNING = "RUNNING"
-    STOPPING = "STOPPING"  # asked to checkpoint and stop (reconfiguration or cancel)
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-
-    @property
-    def terminal(self) -> bool:
-        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
-
-
-ALLOWED: dict[JobState, frozenset[JobState]] = {
-    JobState.QUEUED: frozenset({JobState.RUNNING, JobState.CANCELLED, JobState.FAILED}),
-    JobState.RUNNING: frozenset({JobState.STOPPING, JobState.SUCCEEDED, JobState.FAILED,
-                                 JobState.CANCELLED, JobState.QUEUED}),
-    JobState.STOPPING: frozenset({JobState.QUEUED, JobState.SUCCEEDED, JobState.FAILED,
-                                  JobState.CANCELLED}),
-    JobState.SUCCEEDED: frozenset(),
-    JobState.FAILED: frozenset(),
-    JobState.CANCELLED: frozenset(),
-}
+__all__ = ["Event", "JobRecord", "JobState", "Store", "TransitionError", "state_dir"]
+SCHEMA_VERSION = 2  # PRAGMA user_version; 2: PROFILING/REJECTED, events, options as JSON
 
 
 def state_dir() -> Path:
@@ -60,9 +41,10 @@ class JobRecord:
     job_id: str
     name: str
     spec: bytes  # cloudpickled JobSpec
-    state: JobState = JobState.QUEUED
+    state: JobState = JobState.PROFILING
     submitted: float = field(default_factory=time.time)
-    options: bytes = b""  # pickled planner options (resource matrix)
+    options: tuple[Option, ...] = ()  # the resource matrix, once planned
+    guarantee: float | None = None  # a guaranteed job's samples/s on what it asked for
     plan: dict[str, Any] | None = None
     allocation: list[list[Any]] | None = None  # [[node_id, gpus], ...]
     run_id: str | None = None
@@ -73,12 +55,24 @@ class JobRecord:
     measured_sps: float = 0.0
     error: str | None = None
     finished: float | None = None
+    cancel_requested: bool = False  # a cancel reached a running job: it ends CANCELLED when it stops
 
 
 _COLUMNS = [f.name for f in fields(JobRecord)]
 _SELECT = f"SELECT {', '.join(_COLUMNS)} FROM jobs"
 _INSERT = f"INSERT INTO jobs ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})"
 _JSON = {"plan", "allocation"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Event:
+    """One state change of a job: when, from what (None: submitted), to what, and why."""
+
+    t: float
+    job_id: str
+    from_state: str | None
+    to_state: str
+    note: str
 
 
 class TransitionError(RuntimeError):
@@ -92,18 +86,32 @@ class Store:
         self._lock = threading.Lock()
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if "jobs" in tables and version != SCHEMA_VERSION:
+            raise RuntimeError(f"{self.path} holds Tidal state of schema {version}, this Tidal reads "
+                               f"{SCHEMA_VERSION}: move it away or point $TIDAL_STATE elsewhere")
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS jobs (job_id TEXT PRIMARY KEY, name TEXT, spec BLOB, state TEXT,"
-            " submitted REAL, options BLOB, plan TEXT, allocation TEXT, run_id TEXT, checkpoint TEXT,"
-            " step INTEGER, restarts INTEGER, predicted_sps REAL, measured_sps REAL, error TEXT,"
-            " finished REAL)"
+            " submitted REAL, options TEXT, guarantee REAL, plan TEXT, allocation TEXT, run_id TEXT,"
+            " checkpoint TEXT, step INTEGER, restarts INTEGER, predicted_sps REAL, measured_sps REAL,"
+            " error TEXT, finished REAL, cancel_requested INTEGER)"
         )
+        self._db.execute("CREATE TABLE IF NOT EXISTS events (t REAL, job_id TEXT, from_state TEXT,"
+                         " to_state TEXT, note TEXT)")
+        self._db.execute("CREATE INDEX IF NOT EXISTS events_job ON events (job_id, t)")
+        self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def _row(self, rec: JobRecord) -> list[Any]:
         out = []
         for c in _COLUMNS:
             v = getattr(rec, c)
-            out.append(json.dumps(v) if c in _JSON and v is not None else (v.value if c == "state" else v))
+            if c == "options":
+                out.append(json.dumps([o.to_dict() for o in v]))
+            elif c == "state":
+                out.append(v.value)
+            else:
+                out.append(json.dumps(v) if c in _JSON and v is not None else v)
         return out
 
     def _record(self, row: tuple[Any, ...]) -> JobRecord:
@@ -111,11 +119,17 @@ class Store:
         for c in _JSON:
             d[c] = json.loads(d[c]) if d[c] is not None else None
         d["state"] = JobState(d["state"])
+        d["cancel_requested"] = bool(d["cancel_requested"])
+        d["options"] = tuple(Option.from_dict(o) for o in json.loads(d["options"] or "[]"))
         return JobRecord(**d)
 
-    def add(self, rec: JobRecord) -> None:
+    def add(self, rec: JobRecord, note: str = "submitted") -> None:
         with self._lock:
+            self._db.execute("BEGIN")
             self._db.execute(_INSERT, self._row(rec))
+            self._db.execute("INSERT INTO events VALUES (?, ?, ?, ?, ?)",
+                             (time.time(), rec.job_id, None, rec.state.value, note))
+            self._db.execute("COMMIT")
 
     def get(self, job_id: str) -> JobRecord:
         with self._lock:
@@ -130,16 +144,41 @@ class Store:
         return [self._record(r) for r in rows]
 
     def update(self, job_id: str, **changes: Any) -> JobRecord:
-        """Change fields of a job (a state change must be one the machine allows)."""
+        """Change fields of a job other than its state (that is `transition`'s)."""
+        if "state" in changes:
+            raise TypeError("Store.update does not change a job's state: use Store.transition")
+        return self._write(job_id, None, "", changes)
+
+    def transition(self, job_id: str, to: JobState, note: str = "", **changes: Any) -> JobRecord:
+        """Move a job to state `to` (a move `ALLOWED` permits, else TransitionError and nothing is
+        written), changing `changes` and recording an event with `note`, in one transaction."""
+        return self._write(job_id, to, note, changes)
+
+    def _write(self, job_id: str, to: JobState | None, note: str, changes: dict[str, Any]) -> JobRecord:
         with self._lock:
             row = self._db.execute(f"{_SELECT} WHERE job_id = ?", (job_id,)).fetchone()
             if row is None:
                 raise KeyError(f"no job {job_id!r}")
             old = self._record(row)
+            if to is not None and to not in ALLOWED[old.state]:
+                raise TransitionError(f"job {job_id}: {old.state.value} → {to.value} is not allowed")
             new = replace(old, **changes)
-            if new.state != old.state and new.state not in ALLOWED[old.state]:
-                raise TransitionError(f"job {job_id}: {old.state.value} → {new.state.value} is not allowed")
+            if to is not None:
+                new = replace(new, state=to)
             sets = ", ".join(f"{c} = ?" for c in _COLUMNS if c != "job_id")
-            self._db.execute(f"UPDATE jobs SET {sets} WHERE job_id = ?",
-                             [*self._row(new)[1:], job_id])
+            self._db.execute("BEGIN")
+            self._db.execute(f"UPDATE jobs SET {sets} WHERE job_id = ?", [*self._row(new)[1:], job_id])
+            if to is not None:
+                self._db.execute("INSERT INTO events VALUES (?, ?, ?, ?, ?)",
+                                 (time.time(), job_id, old.state.value, to.value, note))
+            self._db.execute("COMMIT")
         return new
+
+    def events(self, job_id: str) -> list[Event]:
+        """The job's state changes, oldest first (KeyError for an unknown job)."""
+        with self._lock:
+            if self._db.execute("SELECT 1 FROM jobs WHERE job_id = ?", (job_id,)).fetchone() is None:
+                raise KeyError(f"no job {job_id!r}")
+            rows = self._db.execute("SELECT t, job_id, from_state, to_state, note FROM events "
+                                    "WHERE job_id = ? ORDER BY t, rowid", (job_id,)).fetchall()
+        return [Event(t=t, job_id=j, from_state=f, to_state=to, note=n) for t, j, f, to, n in rows]

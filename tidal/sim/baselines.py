@@ -1,5 +1,5 @@
 """Baseline policies, with `decide`'s signature (`Snapshot -> Decision`) so the simulator runs them
-through the same controller and placement (`tidal.platform.policy.place`) as Tidal's own.
+through the same controller and placement (`tidal.core.policy.place`) as Tidal's own.
 
 What each one sees is set by its options (`tidal.sim.views`): FIFO, Tiresias and tuned-once get
 one option per job (the requested GPUs; the user's plan, or the plan tuned once), elastic gets
@@ -19,7 +19,7 @@ every GPU count with the user's plan, Rubick every (GPU count, best plan).
 
 from __future__ import annotations
 
-from tidal.platform.policy import Decision, JobView, Snapshot, current_index, guarantee_index, place
+from tidal.core.policy import Decision, JobView, Snapshot, current_index, guarantee_index, place
 
 
 def _capacity(snapshot: Snapshot) -> int:

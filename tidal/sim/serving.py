@@ -1,6 +1,6 @@
 """The inference pool in the simulator: Serve's demand, GPUs lent to training, and reclaims.
 
-Three arms run the same training policy (`tidal.platform.policy.decide`) and differ only here:
+Three arms run the same training policy (`tidal.core.policy.decide`) and differ only here:
 
 * `none`    no loaning: the inference pool serves alone; training sees the training pool only.
 * `evict`   Kueue-style cohort borrowing: training may hold whatever inference GPUs are idle
@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from tidal.autoscaler.reclaim import Borrower, Reclaim, choose_reclaim, evict_newest
+from tidal.core.policy import Allocation, Node
+from tidal.core.state import JobState
 from tidal.jobs.spec import Plan
-from tidal.platform.controller import Phase
-from tidal.platform.policy import Allocation, Node
 from tidal.serving.loans import LoanConfig, decide_loan, lend_by_node
 
 if TYPE_CHECKING:
@@ -152,7 +152,7 @@ class ServingSim:
             job.iters = max(0.0, job.iters - job.rate * (ran % self.pool.ckpt_interval_s))
         if r.keep_gpus == 0:
             job.evicted = True  # its relaunch counts as a recall, not against the restart limit
-            job.phase, job.alloc, job.rate = Phase.QUEUED, None, 0.0
+            job.phase, job.alloc, job.rate = JobState.QUEUED, None, 0.0
             result.timeline.append((t, jid, 0))
             return
         left = dict(job.alloc.gpus_by_node)

@@ -1,7 +1,7 @@
 """A discrete-event simulator with a virtual clock for the scheduling policies.
 
-It runs the live system's controller step (`tidal.platform.controller.reconcile_step`) over the
-live system's policy (`tidal.platform.policy.decide`) or a baseline with the same signature;
+It runs the live system's controller step (`tidal.core.controller.reconcile_step`) over the
+live system's policy (`tidal.core.policy.decide`) or a baseline with the same signature;
 only the executor is simulated:
 
 * jobs arrive from a workload (`tidal.sim.workload`); the policy sees each job's options from
@@ -31,10 +31,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from tidal.core import policy as tidal_policy
+from tidal.core.controller import ActionRecord, Policy, reconcile_step
+from tidal.core.policy import Allocation, JobView, Node, Option, PolicyConfig, Snapshot
+from tidal.core.state import JobState
 from tidal.jobs.spec import Plan
-from tidal.platform import policy as tidal_policy
-from tidal.platform.controller import ActionRecord, Phase, Policy, reconcile_step
-from tidal.platform.policy import Allocation, JobView, Node, Option, PolicyConfig, Snapshot
 from tidal.sim import baselines
 from tidal.sim.serving import InferencePool, ServingSim
 from tidal.sim.tables import packed
@@ -100,7 +101,7 @@ class _Job:
     options: tuple[Any, ...]
     guarantee: float | None  # predicted samples/s the policy must keep (guaranteed jobs)
     true_floor: float | None  # true iterations/s of the request (violations are measured on it)
-    phase: Phase = Phase.QUEUED
+    phase: JobState = JobState.QUEUED
     alloc: Allocation | None = None
     rate: float = 0.0  # true iterations/s under `alloc`
     iters: float = 0.0
@@ -187,7 +188,7 @@ class Simulator:
         b = self.truth.global_batch(job.spec.app)
         return JobView(job_id=job.spec.name, arrival=job.spec.submit, options=job.options,
                        guarantee=job.guarantee,
-                       current=job.alloc if job.phase is Phase.RUNNING else None,
+                       current=job.alloc if job.phase is JobState.RUNNING else None,
                        restarts=job.restarts, restart_cost_s=self.cfg.restart_s,
                        remaining_samples=max(0.0, job.spec.steps - job.iters) * b,
                        attained_gpu_s=job.attained)
@@ -225,11 +226,11 @@ class Simulator:
             for jid in actions.stop:
                 job = active[jid]
                 result.actions.append((t, "stop", jid, job.alloc.gpus_by_node if job.alloc else (), ""))
-                job.phase, job.alloc, job.rate = Phase.QUEUED, None, 0.0
+                job.phase, job.alloc, job.rate = JobState.QUEUED, None, 0.0
                 result.timeline.append((t, jid, 0))
             for jid, alloc in actions.launch:
                 job = active[jid]
-                job.phase, job.alloc, job.rate = Phase.RUNNING, alloc, self._rate(job, alloc)
+                job.phase, job.alloc, job.rate = JobState.RUNNING, alloc, self._rate(job, alloc)
                 job.blocked_until = t + self.cfg.restart_s
                 if job.started is None:
                     job.started = t
@@ -246,7 +247,7 @@ class Simulator:
 
     def _advance(self, t0: float, t1: float, active: dict[str, _Job], result: SimResult) -> None:
         for jid, job in list(active.items()):
-            if job.phase is not Phase.RUNNING or job.alloc is None:
+            if job.phase is not JobState.RUNNING or job.alloc is None:
                 continue
             start = max(t0, job.blocked_until)
             end = t1
@@ -269,7 +270,7 @@ class Simulator:
     def _completion_time(self, t: float, active: dict[str, _Job]) -> float:
         best = math.inf
         for job in active.values():
-            if job.phase is Phase.RUNNING and job.rate > 0:
+            if job.phase is JobState.RUNNING and job.rate > 0:
                 best = min(best, max(t, job.blocked_until) + (job.spec.steps - job.iters) / job.rate)
         return best
 
@@ -303,7 +304,7 @@ class Simulator:
                 decisions += 1
                 if progress is not None and decisions % 200 == 0:
                     progress(t, len(result.jobs), len(self.jobs))
-            nothing_runs = not any(j.phase is Phase.RUNNING for j in active.values())
+            nothing_runs = not any(j.phase is JobState.RUNNING for j in active.values())
             if active and nothing_runs and not arrivals:
                 raise StallError(f"{len(active)} jobs wait at t={t:.0f} s and the policy starts none")
             if rs:

@@ -23,10 +23,10 @@ from typing import Literal
 
 import numpy as np
 
+from tidal.core.policy import Option
 from tidal.planner import traces
 from tidal.planner.perfmodel import Fit, Hardware, Workload, fit
 from tidal.planner.selection import select
-from tidal.platform.policy import Option
 from tidal.sim.tables import DP_CODES, Truth, packed, plan_of
 from tidal.sim.workload import SimJob
 

@@ -7,7 +7,7 @@ import pytest
 from ray.exceptions import ActorDiedError
 
 from tidal.jobs.worker import NonFiniteLoss
-from tidal.platform.scheduler import infrastructure_failure
+from tidal.platform.executor import infrastructure_failure
 
 
 class TrainingFailedError(RuntimeError):

@@ -8,8 +8,7 @@ import random
 
 import pytest
 
-from tidal.jobs import Plan
-from tidal.platform.policy import (
+from tidal.core.policy import (
     Allocation,
     Decision,
     JobView,
@@ -20,6 +19,7 @@ from tidal.platform.policy import (
     decide,
     utility,
 )
+from tidal.jobs import Plan
 
 
 def _options(rng: random.Random, batch: int, max_gpus: int, cpus: float = 0.0) -> tuple[Option, ...]:

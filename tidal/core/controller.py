@@ -1,7 +1,7 @@
 """The reconcile step both executors run: the live scheduler (`tidal.platform.scheduler`, Ray
 Train runs) and the simulator (`tidal.sim.simulator`, a virtual clock).
 
-A job is QUEUED, RUNNING or STOPPING as far as the controller is concerned. One step:
+The controller sees the jobs the policy schedules: QUEUED, RUNNING or STOPPING (`tidal.core.state`). One step:
 
     1. a job is STOPPING (its GPUs are not free yet)  →  wait, decide nothing;
     2. decision = policy(snapshot);
@@ -17,22 +17,16 @@ system (the conformance suite, tests/sim/test_conformance.py, checks it).
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from tidal.platform.policy import Allocation, Decision, Snapshot, decide
+from tidal.core.policy import Allocation, Decision, Snapshot, decide
+from tidal.core.state import JobState
 
 Policy = Callable[[Snapshot], Decision]
 # what an executor applied: (time, "stop" | "launch", job, GPUs per node, plan); the live
 # scheduler and the simulator keep the same log, which the conformance suite compares
 ActionRecord = tuple[float, str, str, tuple[tuple[str, int], ...], str]
-
-
-class Phase(enum.Enum):
-    QUEUED = "QUEUED"
-    RUNNING = "RUNNING"
-    STOPPING = "STOPPING"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,17 +36,17 @@ class Actions:
     launch: tuple[tuple[str, Allocation], ...] = ()
 
 
-def reconcile_step(snapshot: Snapshot, phases: Mapping[str, Phase], policy: Policy = decide) -> Actions:
+def reconcile_step(snapshot: Snapshot, phases: Mapping[str, JobState], policy: Policy = decide) -> Actions:
     """Steps 1-4 above. `snapshot.jobs` are the jobs not yet finished; a RUNNING job's view carries
     its current allocation, a QUEUED one's none."""
-    if any(p is Phase.STOPPING for p in phases.values()):
+    if any(p is JobState.STOPPING for p in phases.values()):
         return Actions(decision=None)
     decision = policy(snapshot)
     stop = tuple(j.job_id for j in snapshot.jobs
-                 if phases.get(j.job_id) is Phase.RUNNING and j.job_id in decision.changed)
+                 if phases.get(j.job_id) is JobState.RUNNING and j.job_id in decision.changed)
     if stop:
         return Actions(decision=decision, stop=stop)
     order = sorted(snapshot.jobs, key=lambda j: (j.arrival, j.job_id))
     launch = tuple((j.job_id, decision.allocations[j.job_id]) for j in order
-                   if phases.get(j.job_id) is Phase.QUEUED and j.job_id in decision.allocations)
+                   if phases.get(j.job_id) is JobState.QUEUED and j.job_id in decision.allocations)
     return Actions(decision=decision, launch=launch)

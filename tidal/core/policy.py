@@ -79,7 +79,7 @@ import bisect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Literal
+from typing import Any, Literal
 
 from tidal.jobs.spec import Plan
 
@@ -108,6 +108,14 @@ class Option:
     samples_per_s: float
     cpus_per_gpu: float = 0.0
     memory_per_gpu: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"gpus": self.gpus, "plan": self.plan.to_dict(), "samples_per_s": self.samples_per_s,
+                "cpus_per_gpu": self.cpus_per_gpu, "memory_per_gpu": self.memory_per_gpu}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Option:
+        return cls(**{**d, "plan": Plan.from_dict(d["plan"])})
 
 
 @dataclass(frozen=True, kw_only=True)

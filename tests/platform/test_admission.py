@@ -1,0 +1,87 @@
+"""Admission on a real Ray cluster: `submit` returns at once, jobs profile off the actor and
+concurrently, a PROFILING job can be cancelled, and broken jobs are refused in seconds without
+touching a running one."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import pytest
+import ray
+
+from tests.conftest import tiny_gpt_spec
+from tests.jobs.test_dryrun import _empty, _raises
+from tests.platform.conftest import wait
+from tidal.jobs.spec import SpecError
+from tidal.platform import sdk
+
+pytestmark = pytest.mark.integration
+
+
+def _admission_s(scheduler: Any, job_id: str) -> float:
+    """Seconds from the job's submission to its QUEUED event (its store's history)."""
+    ev = ray.get(scheduler.job_events.remote(job_id))
+    assert ev[0]["to"] == "PROFILING" and ev[1]["to"] == "QUEUED", ev
+    return float(ev[1]["t"] - ev[0]["t"])
+
+
+def test_submit_returns_at_once_and_submissions_profile_concurrently(scheduler: Any) -> None:
+    tag = uuid.uuid4().hex[:6]  # names of their own: nothing is in the profile cache
+
+    def spec(i: int) -> Any:
+        return tiny_gpt_spec(name=f"adm-{tag}-{i}", total_steps=20, max_gpus=2, seed=i)
+
+    t = time.time()
+    one = sdk.JobHandle(ray.get(scheduler.submit.remote(spec(0))), scheduler)
+    assert time.time() - t < 5.0, "submit waited for the profile"
+    wait(lambda: one.status()["state"] != "PROFILING", "the single job's admission", 300)
+    single = _admission_s(scheduler, one.job_id)
+
+    t = time.time()
+    refs = [scheduler.submit.remote(spec(i)) for i in range(1, 7)]  # six at once
+    ids = ray.get(refs)
+    submit_s = time.time() - t
+    assert submit_s < 5.0, f"six submissions took {submit_s:.1f} s to return"
+    cancelled = sdk.JobHandle(ray.get(scheduler.submit.remote(spec(7))), scheduler)
+    cancelled.cancel()  # a PROFILING job can be cancelled
+    assert cancelled.status()["state"] == "CANCELLED"
+    handles = [sdk.JobHandle(i, scheduler) for i in ids]
+    at_once = [0]  # the most profiles holding capacity at the same moment
+
+    def admitted() -> bool:
+        rows = [h.status() for h in handles]
+        at_once[0] = max(at_once[0], sum(1 for r in rows if r["state"] == "PROFILING" and r["nodes"]))
+        return all(r["state"] != "PROFILING" for r in rows)
+
+    wait(admitted, "six admissions", 600)
+    times = [_admission_s(scheduler, h.job_id) for h in handles]
+    print(f"\nadmission: single {single:.1f} s; six at once "
+          + ", ".join(f"{x:.1f}" for x in times) + f" s (max {max(times) / single:.2f}x single); "
+          f"{at_once[0]} profiles at once")
+    finals = [h.wait(timeout=600, poll_s=2) for h in [one, *handles]]
+    assert all(f["state"] == "SUCCEEDED" for f in finals), finals
+    # concurrently, not one after another: the cluster's 4 logical CPUs host two 2-worker profiles
+    assert at_once[0] >= 2, at_once
+    assert ray.get(scheduler.job_events.remote(cancelled.job_id))[-1]["note"] == "cancelled while profiling"
+
+
+def test_broken_jobs_are_refused_in_seconds_without_touching_a_running_job(scheduler: Any) -> None:
+    running = sdk.submit(tiny_gpt_spec(name="keeps-running", total_steps=5000, max_gpus=2),
+                         config=None)
+    wait(lambda: running.status()["state"] == "RUNNING" and running.status()["step"] > 0, "a job to run")
+    before = running.status()
+    broken = ((dict(dataset=_empty), "JobSpec.dataset"), (dict(model=_raises), "JobSpec.model"))
+    for override, words in broken:
+        t = time.time()
+        with pytest.raises(SpecError, match=words):
+            sdk.submit(tiny_gpt_spec(name="broken", **override))
+        assert time.time() - t < 10.0
+    with pytest.raises(SpecError, match="needs 100 GPUs, the cluster has 4"):
+        sdk.submit(tiny_gpt_spec(name="too-big", global_batch=800, min_gpus=100, max_gpus=100))
+    after = running.status()
+    assert after["state"] == "RUNNING" and after["restarts"] == before["restarts"], (before, after)
+    assert [r["name"] for r in sdk.list_jobs()] == ["keeps-running"]  # nothing else was stored
+    running.cancel()
+    assert running.wait(timeout=200, poll_s=1)["state"] == "CANCELLED"

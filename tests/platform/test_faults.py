@@ -1,0 +1,147 @@
+"""Faults on a real Ray cluster lose nothing: a Train worker killed -9 three times in one job, and
+the scheduler actor killed while a job profiles and while one stops. Every job ends SUCCEEDED with
+the loss curve of an uninterrupted run, loses at most a checkpoint interval per fault, and leaves
+no placement group behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import ray
+
+from tests.conftest import tiny_gpt_spec
+from tests.platform.conftest import wait
+from tidal.core.policy import Option
+from tidal.jobs import Plan
+from tidal.jobs.runner import Resources, launch
+from tidal.platform import sdk
+from tidal.platform.scheduler import NAMESPACE, SCHEDULER_NAME
+
+pytestmark = pytest.mark.integration
+
+
+def _train_workers() -> list[psutil.Process]:
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = p.info.get("cmdline") or [""]
+        if cmd and cmd[0].startswith("ray::RayTrainWorker"):
+            out.append(p)
+    return out
+
+
+def assert_same_curve(spec: Any, curve: list[dict[str, Any]]) -> None:
+    """The job's loss curve over all its runs equals one uninterrupted run's (≤ 1e-3 relative)."""
+    assert [m["step"] for m in curve] == list(range(1, spec.total_steps + 1))
+    whole = launch(spec, Plan(dp=1, micro_batch=8), Resources(num_workers=1, gpus_per_worker=1))
+    whole = whole.result(timeout=600)
+    rel = [abs(x - m["loss"]) / x for x, m in zip(whole.losses, curve, strict=True)]
+    assert max(rel) <= 1e-3, f"{spec.name}: max relative difference {max(rel):.2e}"
+
+
+def assert_no_placement_group_left() -> None:
+    def live() -> list[Any]:
+        return [pg for pg in ray.util.placement_group_table().values()
+                if pg["state"] in ("CREATED", "PENDING", "RESCHEDULING")]
+
+    deadline = time.time() + 60
+    while live() and time.time() < deadline:
+        time.sleep(1)
+    assert not live(), live()
+
+
+def _resumed_from(scheduler: Any, job_id: str) -> list[int]:
+    """The steps the job was requeued from after each infrastructure failure (its events)."""
+    notes = [e["note"] for e in ray.get(scheduler.job_events.remote(job_id))]
+    return [int(m.group(1)) for n in notes if "infrastructure" in n
+            for m in [re.search(r"resumes from step (\d+)", n)] if m]
+
+
+def test_a_worker_killed_three_times(scheduler: Any) -> None:
+    spec = tiny_gpt_spec(name="killed-worker", total_steps=400, max_gpus=2, checkpoint_every=10)
+    job = sdk.JobHandle(ray.get(scheduler.submit.remote(spec)), scheduler)
+    killed_at = []
+    for k in range(3):
+        start = job.status()["step"]
+        wait(lambda start=start: job.status()["state"] == "RUNNING" and job.status()["step"] >= start + 25
+             and bool(_train_workers()), f"the job to train before kill {k + 1}")
+        killed_at.append(job.status()["step"])
+        os.kill(_train_workers()[0].pid, signal.SIGKILL)
+        wait(lambda k=k: job.status()["restarts"] > k, f"the job to be requeued after kill {k + 1}", 120)
+    final = job.wait(timeout=900, poll_s=2)
+    assert final["state"] == "SUCCEEDED" and final["restarts"] == 3, final
+    resumed = _resumed_from(scheduler, job.job_id)
+    print(f"\nkilled at steps {killed_at}, resumed from {resumed}")
+    assert len(resumed) == 3, resumed
+    for seen, back in zip(killed_at, resumed, strict=True):
+        assert seen - spec.checkpoint_every <= back, (killed_at, resumed)  # ≤ one interval lost
+    assert_same_curve(spec, job.logs())
+    assert_no_placement_group_left()
+
+
+def test_scheduler_killed_while_a_job_profiles_and_while_one_stops(scheduler: Any) -> None:
+    spec_a = tiny_gpt_spec(name=f"fault-a-{uuid.uuid4().hex[:6]}", total_steps=200, max_gpus=4,
+                           checkpoint_every=10)
+    a = sdk.JobHandle(ray.get(scheduler.submit.remote(spec_a)), scheduler)
+    wait(lambda: a.status()["state"] == "PROFILING" and bool(a.status()["nodes"]),
+         "A's profiles to start", 60)
+    ray.kill(scheduler, no_restart=False)  # killed while A profiles
+    actor = ray.get_actor(SCHEDULER_NAME, namespace=NAMESPACE)
+    wait(lambda: ray.get(actor.ping.remote()) == "ok", "the scheduler to restart", 120)
+    a = sdk.JobHandle(a.job_id, actor)
+    wait(lambda: a.status()["state"] == "RUNNING" and a.status()["step"] >= 15,
+         "A to be admitted and run", 400)
+    assert a.status()["gpus"] == 4
+
+    # B comes with its resource matrix: A is asked to shrink (STOPPING), and the actor dies then
+    spec_b = tiny_gpt_spec(name="fault-b", total_steps=60, max_gpus=2, checkpoint_every=10, seed=1)
+    plan_b = Plan(dp=2, zero_stage=1, micro_batch=4)
+    b = sdk.JobHandle(ray.get(actor.submit.remote(spec_b, (
+        Option(gpus=2, plan=plan_b, samples_per_s=1e4, cpus_per_gpu=1.0),))), actor)
+    deadline = time.time() + 120
+    while a.status()["state"] != "STOPPING":
+        assert time.time() < deadline, "A was never asked to stop"
+        time.sleep(0.1)
+    ray.kill(actor, no_restart=False)  # killed while A stops
+    actor = ray.get_actor(SCHEDULER_NAME, namespace=NAMESPACE)
+    wait(lambda: ray.get(actor.ping.remote()) == "ok", "the scheduler to restart", 120)
+    a, b = sdk.JobHandle(a.job_id, actor), sdk.JobHandle(b.job_id, actor)
+    finals = [a.wait(timeout=900, poll_s=2), b.wait(timeout=900, poll_s=2)]
+    assert [f["state"] for f in finals] == ["SUCCEEDED", "SUCCEEDED"], finals
+    notes = [e["note"] for e in ray.get(actor.job_events.remote(a.job_id))]
+    assert any("scheduler restarted" in n for n in notes), notes
+    assert_same_curve(spec_a, a.logs())
+    assert_same_curve(spec_b, b.logs())
+    assert_no_placement_group_left()
+
+
+def test_ray_stop_and_start(ray_cluster: Any, tmp_path: Path) -> None:
+    """The whole Ray cluster stops and starts again (tests/platform/ray_restart_scenario.py, a
+    cluster of its own): the running job resumes from its newest checkpoint, the one that was
+    PROFILING is admitted, both finish."""
+    from tests.platform.ray_restart_scenario import RUN
+
+    out = tmp_path / "out.json"
+    subprocess.run([sys.executable, "-m", "tests.platform.ray_restart_scenario", str(tmp_path / "state"),
+                    str(out)], check=True, timeout=1500, cwd=Path(__file__).resolve().parents[2])
+    r = json.loads(out.read_text())
+    assert r["run"]["final"]["state"] == "SUCCEEDED", r["run"]["final"]
+    assert r["profiling"]["final"]["state"] == "SUCCEEDED", r["profiling"]["final"]
+    assert [e["to"] for e in r["profiling"]["events"]][:2] == ["PROFILING", "QUEUED"]
+    resumed = [int(m.group(1)) for e in r["run"]["events"]
+               for m in [re.search(r"scheduler restarted: .* resumes from step (\d+)", e["note"])] if m]
+    print(f"\nray stop at step {r['stopped_at']}, resumed from step {resumed}")
+    assert len(resumed) == 1, resumed
+    assert r["stopped_at"] - int(RUN["checkpoint_every"]) <= resumed[0], (r["stopped_at"], resumed)
+    assert_same_curve(tiny_gpt_spec(**RUN), r["run"]["curve"])
+    assert not [s for s in r["placement_groups"] if s in ("CREATED", "PENDING", "RESCHEDULING")]

@@ -1,0 +1,111 @@
+"""Admission off the scheduler actor: each PROFILING job is planned by Ray tasks of its own.
+
+`submit` only stores the job (PROFILING) and returns its id. The scheduler's loop then moves
+every PROFILING job through two stages, each a Ray task, so that nothing a user's code does —
+build a large model, profile for minutes, raise — runs in the actor or blocks its API:
+
+    SIZING     task `to_measure`: builds the model once, returns the profiles not yet cached
+    WAITING    (only while nothing outside guaranteed jobs and other profiles can host them)
+    PROFILING  the scheduler reserves capacity for the largest of them (if any;
+               `tidal.platform.reservations`) and starts task `plan`
+               (`tidal.planner.jobplan.plan_job` pinned to the reserved nodes)
+    done       → QUEUED with the resource matrix, or REJECTED with the reason
+
+Independent submissions profile at once, each in capacity of its own; a reservation takes free
+capacity first, so a profile preempts a running job only when nothing free can host it. Both
+tasks take no CPU of their own (they orchestrate: the profiles' workers ask for theirs), so a
+full cluster cannot starve them. The stage lives in memory: a restarted actor finds the job
+PROFILING in the store and starts again from SIZING, and the profile cache keeps what was
+already measured.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+
+from tidal.core.policy import Option
+from tidal.jobs.spec import JobSpec, Plan, SpecError
+from tidal.planner.jobplan import Cluster, ProfileConfig, plan_job, to_measure
+from tidal.platform.reservations import Reservation
+
+
+class Stage(enum.Enum):
+    SIZING = "sizing"
+    WAITING = "waiting"  # profiles known, no capacity to reserve for them yet (no task runs)
+    PROFILING = "profiling"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Admission:
+    """Where one PROFILING job's admission is: its stage, the task running it, its reservation."""
+
+    stage: Stage
+    ref: Any  # ray.ObjectRef of the stage's task (None while WAITING)
+    plans: int = 0  # profiles to measure (WAITING and PROFILING stages)
+    workers: int = 0  # workers the largest of them takes at once
+    reservation: Reservation | None = None
+    attempts: int = 1
+
+    def reason(self) -> str:
+        if self.stage is Stage.SIZING:
+            return "sizing: building the model, looking up cached profiles"
+        if self.stage is Stage.WAITING:
+            return (f"{self.plans} profiles wait for capacity outside guaranteed jobs and other "
+                    "profiles")
+        if self.plans == 0:
+            return "planning from cached profiles"
+        where = f" on {sorted(set(self.reservation.workers))}" if self.reservation else ""
+        return f"profiling {self.plans} plans{where}"
+
+
+def _to_measure(spec: JobSpec, cluster: Cluster, cfg: ProfileConfig) -> list[Plan]:
+    return to_measure(spec, cluster, cfg)
+
+
+def _plan(spec: JobSpec, cluster: Cluster, cfg: ProfileConfig,
+          node_ids: tuple[str, ...] | None) -> tuple[tuple[Option, ...], float | None]:
+    jp = plan_job(spec, cluster, cfg, node_ids=node_ids)
+    return jp.options, jp.guarantee
+
+
+# num_cpus=0: orchestration only (see the module docstring). Ray retries a task whose worker
+# died (a system failure), not one that raised: a SpecError is an answer, not a fault.
+_sizing = ray.remote(num_cpus=0, max_retries=2, retry_exceptions=False)(_to_measure)
+_planning = ray.remote(num_cpus=0, max_retries=2, retry_exceptions=False)(_plan)
+
+
+def start_sizing(spec: JobSpec, cluster: Cluster, cfg: ProfileConfig, attempts: int = 1) -> Admission:
+    ref = _sizing.options(name=f"tidal-size-{spec.name}").remote(spec, cluster, cfg)
+    return Admission(stage=Stage.SIZING, ref=ref, attempts=attempts)
+
+
+def start_planning(spec: JobSpec, cluster: Cluster, cfg: ProfileConfig, plans: int,
+                   reservation: Reservation | None, attempts: int = 1) -> Admission:
+    pin = reservation.workers if reservation else None
+    ref = _planning.options(name=f"tidal-plan-{spec.name}").remote(spec, cluster, cfg, pin)
+    return Admission(stage=Stage.PROFILING, ref=ref, plans=plans, reservation=reservation, attempts=attempts)
+
+
+def done(adm: Admission) -> bool:
+    ready, _ = ray.wait([adm.ref], timeout=0)
+    return bool(ready)
+
+
+def user_error(e: BaseException) -> str | None:
+    """The one-line reason of an admission task's error if it is the job's (a SpecError: it fits
+    no plan, its profiles all failed), else None (a fault of the cluster: try again)."""
+    cause = getattr(e, "cause", None) or e
+    if isinstance(cause, SpecError):
+        return str(cause)
+    if isinstance(cause, RuntimeError) and str(cause).startswith("no profile of job"):
+        return str(cause).splitlines()[0][:500]
+    return None
+
+
+def cancel(adm: Admission) -> None:
+    """Stop the stage's task and what it started (a profile's Train run dies with its owner)."""
+    ray.cancel(adm.ref, force=True, recursive=True)

@@ -1,0 +1,127 @@
+"""The executor: the only part of the control plane that starts and stops runs.
+
+It launches a job's run (a Ray Train `TorchTrainer` of DeepSpeed workers, `tidal.jobs.runner`)
+on exactly the nodes a decision names, asks runs to stop at their next step boundary with a
+checkpoint, and hands the scheduler every run that ended (`collect`) with how it ended. It also
+finds a lost run's newest complete checkpoint in storage and tells a fault of the cluster from
+the job's own error; what becomes of the job is the scheduler's call (`tidal.core.state`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from tidal.core.policy import Allocation
+from tidal.jobs.checkpoint import read_meta, read_metrics
+from tidal.jobs.runner import Resources, RunHandle, RunResult, launch, storage_root
+from tidal.jobs.spec import JobSpec
+
+# What an infrastructure failure looks like from a run's error: a dead worker, node or actor, or
+# a collective torn down under a surviving worker (gloo/NCCL). Anything else — the job's loss or
+# model raising, a non-finite loss (tidal.jobs.worker.NonFiniteLoss) — is the job's own error.
+_INFRA_TYPES = ("ActorDiedError", "RayActorError", "WorkerCrashedError", "NodeDiedError",
+                "ActorUnavailableError", "OwnerDiedError", "ObjectLostError", "RaySystemError")
+_INFRA_TEXT = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "NCCL error",
+               "ProcessGroupNCCL", "ProcessGroupGloo", "The actor died", "worker died",
+               "node died", "SYSTEM_ERROR", "Socket Timeout")
+
+
+def infrastructure_failure(error: BaseException) -> bool:
+    """True if a run failed for the cluster's reason, not the job's (see the markers above). The
+    job's own error wins when both appear: a NonFiniteLoss is never retried."""
+    chain: list[BaseException] = []
+    e: BaseException | None = error
+    while e is not None and e not in chain and len(chain) < 10:
+        chain.append(e)
+        e = getattr(e, "cause", None) or e.__cause__ or e.__context__
+    text = " ".join(f"{type(x).__name__}: {x}" for x in chain)
+    if "NonFiniteLoss" in text or "non-finite loss" in text:
+        return False
+    return any(t in text for t in _INFRA_TYPES) or any(t in text for t in _INFRA_TEXT)
+
+
+def run_checkpoints(run_id: str | None) -> tuple[str | None, int, list[dict[str, Any]]]:
+    """A lost run's newest complete checkpoint, its step, and the metrics of the steps up to it."""
+    if not run_id:
+        return None, 0, []
+    root = storage_root() / run_id
+    best: tuple[str | None, int] = (None, 0)
+    metrics: list[dict[str, Any]] = []
+    for d in sorted(root.glob("step_*")) if root.exists() else []:
+        try:
+            step = int(read_meta(d)["step"])
+        except Exception:  # a half-written checkpoint: skip it
+            continue
+        metrics += read_metrics(d)
+        if step >= best[1]:
+            best = (str(d), step)
+    return best[0], best[1], [m for m in metrics if int(m["step"]) <= best[1]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ended:
+    """A run that ended: its result, or the error it ended with."""
+
+    job_id: str
+    result: RunResult | None
+    error: Exception | None
+
+
+class Executor:
+    def __init__(self, *, cpus_per_worker: float, max_failures: int, release_grace_s: float) -> None:
+        self.cpus_per_worker = cpus_per_worker
+        self.max_failures = max_failures  # Ray Train restarts a crashed worker group this often
+        self.release_grace_s = release_grace_s
+        self.handles: dict[str, RunHandle] = {}
+        # (time, GPUs per node) of runs that just ended: Ray frees a placement group a little later
+        self.released: deque[tuple[float, tuple[tuple[str, int], ...]]] = deque(maxlen=1000)
+
+    def launch(self, job_id: str, spec: JobSpec, alloc: Allocation, checkpoint: str | None,
+               run_id: str) -> None:
+        """Start the job's run of `alloc.plan` with one worker per GPU, worker i on the i-th GPU's
+        node (`Resources.node_ids`), from `checkpoint`."""
+        node_ids = tuple(n for n, g in alloc.gpus_by_node for _ in range(g))
+        res = Resources(num_workers=alloc.plan.dp, gpus_per_worker=1, cpus_per_worker=self.cpus_per_worker,
+                        node_ids=node_ids)
+        self.handles[job_id] = launch(spec, alloc.plan, res, checkpoint, run_id=run_id,
+                                      max_failures=self.max_failures, job_key=job_id)
+
+    def stop(self, job_id: str) -> bool:
+        """Ask the job's run to stop at its next step boundary with a checkpoint; False if it has
+        no run here."""
+        h = self.handles.get(job_id)
+        if h is not None:
+            h.stop()
+        return h is not None
+
+    def has_run(self, job_id: str) -> bool:
+        return job_id in self.handles
+
+    def progress(self, job_id: str) -> dict[str, Any] | None:
+        h = self.handles.get(job_id)
+        return h.progress() if h is not None else None
+
+    def history(self, job_id: str) -> list[dict[str, Any]]:
+        h = self.handles.get(job_id)
+        return h.history() if h is not None else []
+
+    def collect(self, allocations: dict[str, list[list[Any]] | None]) -> list[Ended]:
+        """Every run that ended since the last call; `allocations` (job → GPUs per node) marks
+        their GPUs as just released."""
+        out = []
+        for jid, h in list(self.handles.items()):
+            if not h.done():
+                continue
+            del self.handles[jid]
+            self.released.append((time.time(), tuple((n, int(g)) for n, g in allocations.get(jid) or [])))
+            try:
+                out.append(Ended(job_id=jid, result=h.result(), error=None))
+            except Exception as e:
+                out.append(Ended(job_id=jid, result=None, error=e))
+        return out
+
+    def recently_released(self, now: float) -> list[tuple[tuple[str, int], ...]]:
+        return [alloc for t, alloc in self.released if now - t < self.release_grace_s]
