@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+from tidal.core.correction import CorrectionConfig
 from tidal.sim.plots import allocation_timeline, jct_cdf
 from tidal.sim.simulator import POLICIES, SimConfig, Simulator
 from tidal.sim.tables import Truth
@@ -38,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="decide at arrivals and completions instead of 60-s rounds")
     ap.add_argument("--noise", type=float, default=0.05, help="log-sd of the profiles' noise")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-correction", action="store_true",
+                    help="no online correction of predictions by true throughput (tidal.core.correction)")
     ap.add_argument("--out", type=Path, default=Path("results"))
     args = ap.parse_args(argv)
     if "tidal" not in args.policies:
@@ -51,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"planner: {app:<8} fitted on {m.profiled} profiled rows, fit error {100 * m.fit.mape:.1f}%",
               flush=True)
     print(f"planner: {time.time() - t0:.0f} s\n")
-    cfg = SimConfig(round_s=None if args.event_driven else 60.0)
+    cfg = SimConfig(round_s=None if args.event_driven else 60.0,
+                    correction=None if args.no_correction else CorrectionConfig())
     results = {}
     for name in args.policies:
         t = time.time()

@@ -48,6 +48,7 @@ import ray
 
 from tidal.autoscaler.reclaim import Borrower, choose_reclaim
 from tidal.core.controller import ActionRecord, reconcile_step
+from tidal.core.correction import Correction, CorrectionConfig, corrected, observe
 from tidal.core.policy import Allocation, JobView, Node, Option, PolicyConfig, Snapshot
 from tidal.jobs.checkpoint import read_meta
 from tidal.jobs.spec import JobSpec, Plan, SpecError
@@ -91,6 +92,8 @@ class SchedulerConfig:
     max_infra_restarts: int = 10  # requeues after infrastructure failures before a job FAILS
     max_admission_attempts: int = 3  # admission tasks lost to the cluster before a job is REJECTED
     release_grace_s: float = 20.0  # a stopped run's GPUs count as Tidal's this long (Ray frees them late)
+    # each job's predictions corrected by its measured samples/s (None: the model as fitted)
+    correction: CorrectionConfig | None = field(default_factory=CorrectionConfig)
 
     def profiling(self) -> ProfileConfig:
         return ProfileConfig(samples=self.profile_samples, steps=self.profile_steps,
@@ -120,6 +123,7 @@ class Scheduler:
         self.loan_state: dict[str, Any] = {}
         self.specs: dict[str, JobSpec] = {}
         self.reasons: dict[str, str] = {}  # why a queued job waits, from the last decision
+        self.observed: dict[str, float] = {}  # job → when its run's throughput was last observed
         self._recover()
         self._wake = threading.Event()
         threading.Thread(target=self._loop, name="tidal-reconcile", daemon=True).start()
@@ -508,13 +512,24 @@ class Scheduler:
 
     def _collect(self) -> None:
         """Step 1: progress of the live runs into the store; the runs that ended into states."""
+        now = time.time()
         for jid in list(self.executor.handles):
             p = self.executor.progress(jid)
-            if p:
-                self.store.update(jid, step=int(p["step"]), measured_sps=float(p["samples_per_s"]))
+            if not p:
+                continue
+            upd: dict[str, Any] = {"step": int(p["step"]), "measured_sps": float(p["samples_per_s"])}
+            last = self.observed.get(jid)
+            self.observed[jid] = now
+            if self.cfg.correction is not None and last is not None:  # a run's first report: start-up
+                rec = self.store.get(jid)
+                c = observe(Correction(ratio=rec.sps_ratio), predicted=rec.predicted_sps,
+                            measured=upd["measured_sps"], dt=now - last, cfg=self.cfg.correction)
+                upd["sps_ratio"] = c.ratio
+            self.store.update(jid, **upd)
         recs = {r.job_id: r for r in self.store.all()}
         for ended in self.executor.collect({jid: r.allocation for jid, r in recs.items()}):
             jid, rec = ended.job_id, recs[ended.job_id]
+            self.observed.pop(jid, None)
             if ended.result is None:
                 assert ended.error is not None
                 self._run_failed(rec, ended.error)
@@ -577,10 +592,10 @@ class Scheduler:
                 current = Allocation(gpus_by_node=tuple((n, int(g)) for n, g in r.allocation),
                                      plan=Plan.from_dict(r.plan))
             remaining = float(max(0, spec.total_steps - r.step) * spec.global_batch)
-            views.append(JobView(job_id=r.job_id, arrival=r.submitted, options=r.options,
-                                 guarantee=r.guarantee, current=current, restarts=r.restarts,
-                                 restart_cost_s=self.cfg.restart_cost_s,
-                                 remaining_samples=remaining))
+            view = JobView(job_id=r.job_id, arrival=r.submitted, options=r.options,
+                           guarantee=r.guarantee, current=current, restarts=r.restarts,
+                           restart_cost_s=self.cfg.restart_cost_s, remaining_samples=remaining)
+            views.append(corrected(view, Correction(ratio=r.sps_ratio)))
         return views
 
     def reconcile(self) -> None:

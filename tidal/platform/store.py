@@ -56,6 +56,7 @@ class JobRecord:
     error: str | None = None
     finished: float | None = None
     cancel_requested: bool = False  # a cancel reached a running job: it ends CANCELLED when it stops
+    sps_ratio: float = 1.0  # measured ÷ predicted samples/s, smoothed (tidal.core.correction)
 
 
 _COLUMNS = [f.name for f in fields(JobRecord)]
@@ -95,7 +96,7 @@ class Store:
             "CREATE TABLE IF NOT EXISTS jobs (job_id TEXT PRIMARY KEY, name TEXT, spec BLOB, state TEXT,"
             " submitted REAL, options TEXT, guarantee REAL, plan TEXT, allocation TEXT, run_id TEXT,"
             " checkpoint TEXT, step INTEGER, restarts INTEGER, predicted_sps REAL, measured_sps REAL,"
-            " error TEXT, finished REAL, cancel_requested INTEGER)"
+            " error TEXT, finished REAL, cancel_requested INTEGER, sps_ratio REAL)"
         )
         self._db.execute("CREATE TABLE IF NOT EXISTS events (t REAL, job_id TEXT, from_state TEXT,"
                          " to_state TEXT, note TEXT)")

@@ -33,6 +33,7 @@ import numpy as np
 
 from tidal.core import policy as tidal_policy
 from tidal.core.controller import ActionRecord, Policy, reconcile_step
+from tidal.core.correction import Correction, CorrectionConfig, corrected, observe
 from tidal.core.policy import Allocation, JobView, Node, Option, PolicyConfig, Snapshot
 from tidal.core.state import JobState
 from tidal.jobs.spec import Plan
@@ -72,15 +73,16 @@ class PolicyUnderTest:
     name: str
     kind: Kind  # what the policy is shown (tidal.sim.views)
     decide: Policy
+    corrected: bool = False  # sees predictions corrected online (Tidal's scheduler does; baselines not)
 
 
 POLICIES: dict[str, PolicyUnderTest] = {p.name: p for p in (
     PolicyUnderTest(name="fifo_static", kind="static", decide=baselines.fifo),
     PolicyUnderTest(name="tiresias", kind="static", decide=baselines.las),
-    PolicyUnderTest(name="elastic", kind="elastic", decide=tidal_policy.decide),
+    PolicyUnderTest(name="elastic", kind="elastic", decide=tidal_policy.decide, corrected=True),
     PolicyUnderTest(name="tuned_once", kind="tuned", decide=baselines.fifo),
     PolicyUnderTest(name="rubick", kind="co", decide=baselines.rubick),
-    PolicyUnderTest(name="tidal", kind="co", decide=tidal_policy.decide),
+    PolicyUnderTest(name="tidal", kind="co", decide=tidal_policy.decide, corrected=True),
 )}
 
 
@@ -93,6 +95,9 @@ class SimConfig:
     round_s: float | None = 60.0
     restart_s: float = 260.0
     policy: PolicyConfig = field(default_factory=PolicyConfig)  # the live scheduler's defaults
+    # online correction of each job's predictions by its true throughput, as the live scheduler
+    # corrects by its runs' measured samples/s (None: off)
+    correction: CorrectionConfig | None = field(default_factory=CorrectionConfig)
 
 
 @dataclass(kw_only=True)
@@ -113,6 +118,7 @@ class _Job:
     evicted: bool = False  # stopped by a reclaim, not relaunched yet
     attained: float = 0.0
     violation_s: float = 0.0
+    correction: Correction = field(default_factory=Correction)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -186,12 +192,13 @@ class Simulator:
 
     def _view(self, job: _Job) -> JobView:
         b = self.truth.global_batch(job.spec.app)
-        return JobView(job_id=job.spec.name, arrival=job.spec.submit, options=job.options,
+        view = JobView(job_id=job.spec.name, arrival=job.spec.submit, options=job.options,
                        guarantee=job.guarantee,
                        current=job.alloc if job.phase is JobState.RUNNING else None,
                        restarts=job.restarts, restart_cost_s=self.cfg.restart_s,
                        remaining_samples=max(0.0, job.spec.steps - job.iters) * b,
                        attained_gpu_s=job.attained)
+        return corrected(view, job.correction)
 
     def _rate(self, job: _Job, alloc: Allocation) -> float:
         per_node = tuple(g for _, g in alloc.gpus_by_node)
@@ -261,6 +268,11 @@ class Simulator:
                     job.iters += (t1 - start) * job.rate
                 if job.true_floor is not None and job.rate < job.true_floor * (1 - 1e-9):
                     job.violation_s += end - start
+                if self.cfg.correction is not None and self.policy.corrected:  # the table's as measured
+                    predicted = next((o.samples_per_s for o in job.options if o.gpus == job.alloc.gpus), 0.0)
+                    job.correction = observe(job.correction, predicted=predicted,
+                                             measured=job.rate * self.truth.global_batch(job.spec.app),
+                                             dt=end - start, cfg=self.cfg.correction)
             job.attained += job.alloc.gpus * (end - t0)
             if job.finished is not None:
                 result.timeline.append((end, jid, 0))
