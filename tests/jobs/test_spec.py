@@ -118,7 +118,6 @@ def test_guarantee_needs_plan_and_request() -> None:
         ({"precision": "fp8"}, "JobSpec.precision"),
         ({"requested_gpus": 9}, "JobSpec.requested_gpus"),
         ({"min_gpus": 100, "max_gpus": 100}, "JobSpec.min_gpus"),  # not the global batch's fault
-        ({"max_nonfinite_steps": -1}, "JobSpec.max_nonfinite_steps"),
     ],
 )
 def test_other_fields(kw: dict[str, Any], field: str) -> None:

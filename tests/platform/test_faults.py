@@ -101,13 +101,13 @@ def test_scheduler_killed_while_a_job_profiles_and_while_one_stops(scheduler: An
     a = sdk.JobHandle(a.job_id, actor)
     wait(lambda: a.status()["state"] == "RUNNING" and a.status()["step"] >= 15,
          "A to be admitted and run", 400)
-    assert a.status()["gpus"] == 4
 
-    # B comes with its resource matrix: A is asked to shrink (STOPPING), and the actor dies then
-    spec_b = tiny_gpt_spec(name="fault-b", total_steps=60, max_gpus=2, checkpoint_every=10, seed=1)
-    plan_b = Plan(dp=2, zero_stage=1, micro_batch=4)
+    # B comes with its resource matrix, all 4 GPUs at a high rate: A is asked to stop
+    # (STOPPING), and the actor dies then
+    spec_b = tiny_gpt_spec(name="fault-b", total_steps=60, max_gpus=4, checkpoint_every=10, seed=1)
+    plan_b = Plan(dp=4, zero_stage=1, micro_batch=2)
     b = sdk.JobHandle(ray.get(actor.submit.remote(spec_b, (
-        Option(gpus=2, plan=plan_b, samples_per_s=1e4, cpus_per_gpu=1.0),))), actor)
+        Option(gpus=4, plan=plan_b, samples_per_s=1e4, cpus_per_gpu=1.0),))), actor)
     deadline = time.time() + 120
     while a.status()["state"] != "STOPPING":
         assert time.time() < deadline, "A was never asked to stop"

@@ -202,9 +202,6 @@ class JobSpec:
     lr:       a float (constant), an `LRSchedule`, or "autolrs" / `AutoLRS(...)`: the LR is
               tuned stage by stage inside the job (`tidal.jobs.autolrs`); its probe steps
               count against `total_steps`, the job's budget of optimizer steps.
-    max_nonfinite_steps: steps with a NaN/inf loss the job may skip (DeepSpeed does not apply
-              a step whose gradients overflow) before it fails; 0 (the default) fails at the
-              first with `non-finite loss at step k`, keeping the last finite checkpoint.
     """
 
     name: str
@@ -228,7 +225,6 @@ class JobSpec:
     checkpoint_every: int = 50
     report_every: int = 10
     eval_dataset: Callable[[], Any] | None = None
-    max_nonfinite_steps: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
@@ -257,9 +253,6 @@ class JobSpec:
         if self.min_gpus > self.global_batch:
             raise SpecError("JobSpec.min_gpus", f"min_gpus ({self.min_gpus}) > global_batch "
                                                 f"({self.global_batch}): every GPU needs a sample per step")
-        m = self.max_nonfinite_steps
-        if not isinstance(m, int) or isinstance(m, bool) or m < 0:
-            raise SpecError("JobSpec.max_nonfinite_steps", f"must be an integer >= 0, got {m!r}")
         if not isinstance(self.plans, PlanSpace):
             raise SpecError("JobSpec.plans", f"must be a PlanSpace, got {type(self.plans).__name__}")
         if self.precision not in ("fp32", "bf16"):

@@ -226,12 +226,8 @@ class _Loop:
 
     def trained(self, loss: float, lr: float, dt: float, end: int, stop: bool) -> bool:
         """Book one trained step (data position advances); True if the loop must end."""
-        if not math.isfinite(loss):  # opt-in skips (JobSpec.max_nonfinite_steps), counted across runs
-            skipped = int(self.extra.get("nonfinite", 0)) + 1
-            if skipped > self.spec.max_nonfinite_steps:
-                raise NonFiniteLoss(f"non-finite loss at step {self.step + 1}: {loss}"
-                                    + (f" ({skipped} such steps)" if skipped > 1 else ""))
-            self.extra["nonfinite"] = skipped
+        if not math.isfinite(loss):
+            raise NonFiniteLoss(f"non-finite loss at step {self.step + 1}: {loss}")
         self.step += 1
         row = self.row(self.step, loss, lr, dt)
         if self.rank == 0:
