@@ -34,7 +34,7 @@ lint: $(STAMP)
 	$(BIN)/mypy tidal
 
 test: data lint
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=20
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
