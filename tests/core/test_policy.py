@@ -241,3 +241,15 @@ def test_lent_gpus_are_priced_by_recall_risk() -> None:
         return Snapshot(nodes=nodes, jobs=(job,))
     assert decide(snap(0.0)).allocations["J"].gpus == 4
     assert decide(snap(1.0)).allocations["J"].gpus == 2
+
+
+def test_a_job_placement_cannot_host_does_not_hold_gpus_from_others() -> None:
+    """The knapsack counts GPUs: B (4 GPUs, far better) wins them, but the node has 2 CPUs and B
+    needs 4. B waits with the reason, and A runs on what B could not use."""
+    node = (Node(node_id="n", gpus=4, cpus=2.0),)
+    a = JobView(job_id="A", arrival=0, remaining_samples=1e4, options=(
+        Option(gpus=1, plan=Plan(dp=1, micro_batch=8), samples_per_s=10.0, cpus_per_gpu=1.0),))
+    b = JobView(job_id="B", arrival=1, remaining_samples=1e4, options=(
+        Option(gpus=4, plan=Plan(dp=4, micro_batch=2), samples_per_s=1e4, cpus_per_gpu=1.0),))
+    d = decide(Snapshot(nodes=node, jobs=(a, b)))
+    assert set(d.allocations) == {"A"} and "CPU" in d.reasons["B"], d.reasons

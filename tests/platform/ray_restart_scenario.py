@@ -26,7 +26,7 @@ from tidal.core.policy import PolicyConfig
 from tidal.platform import sdk
 from tidal.platform.scheduler import SchedulerConfig
 
-RUN = dict(name="restart-r", total_steps=150, max_gpus=1, checkpoint_every=10)  # job R's spec
+RUN = dict(name="restart-r", total_steps=80, max_gpus=1, checkpoint_every=10)  # job R's spec
 
 
 def start() -> Cluster:

@@ -68,7 +68,7 @@ def _resumed_from(scheduler: Any, job_id: str) -> list[int]:
 
 
 def test_a_worker_killed_three_times(scheduler: Any) -> None:
-    spec = tiny_gpt_spec(name="killed-worker", total_steps=400, max_gpus=2, checkpoint_every=10)
+    spec = tiny_gpt_spec(name="killed-worker", total_steps=160, max_gpus=2, checkpoint_every=10)
     job = sdk.JobHandle(ray.get(scheduler.submit.remote(spec)), scheduler)
     killed_at = []
     for k in range(3):
@@ -90,7 +90,7 @@ def test_a_worker_killed_three_times(scheduler: Any) -> None:
 
 
 def test_scheduler_killed_while_a_job_profiles_and_while_one_stops(scheduler: Any) -> None:
-    spec_a = tiny_gpt_spec(name=f"fault-a-{uuid.uuid4().hex[:6]}", total_steps=200, max_gpus=4,
+    spec_a = tiny_gpt_spec(name=f"fault-a-{uuid.uuid4().hex[:6]}", total_steps=120, max_gpus=4,
                            checkpoint_every=10)
     a = sdk.JobHandle(ray.get(scheduler.submit.remote(spec_a)), scheduler)
     wait(lambda: a.status()["state"] == "PROFILING" and bool(a.status()["nodes"]),

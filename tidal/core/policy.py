@@ -409,8 +409,20 @@ def decide(snapshot: Snapshot) -> Decision:
     # would only delay them, and with W = 0 every option looks infinitely good)
     frozen = {j.job_id: current_index(j) for j in running
               if j.restarts >= cfg.max_restarts or j.remaining_samples <= 0}
-    new_choice, reasons = _choose_counts(jobs, capacity, frozen, cfg, snapshot.now, lent=lent, risk=risk)
-    return place(snapshot, new_choice, reasons)
+    # A job the knapsack (which counts GPUs) chose but placement cannot host (its CPUs or memory
+    # are not there) waits, and the knapsack runs again without it, so that it does not hold
+    # GPUs nobody else may use (at most a few rounds: each drops at least one job).
+    unplaceable: dict[str, str] = {}
+    for _ in range(4):
+        new_choice, reasons = _choose_counts(jobs, capacity, {**frozen, **dict.fromkeys(unplaceable)},
+                                             cfg, snapshot.now, lent=lent, risk=risk)
+        d = place(snapshot, new_choice, {**reasons, **unplaceable})
+        stuck = [jid for jid, i in new_choice.items()
+                 if i is not None and jid not in d.allocations and jid not in frozen]
+        if not stuck:
+            break
+        unplaceable.update({jid: d.reasons.get(jid, "waiting: cannot be placed") for jid in stuck})
+    return d
 
 
 def _running(snapshot: Snapshot) -> list[JobView]:

@@ -22,6 +22,8 @@ already measured.
 from __future__ import annotations
 
 import enum
+import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,8 +68,37 @@ def _to_measure(spec: JobSpec, cluster: Cluster, cfg: ProfileConfig) -> list[Pla
     return to_measure(spec, cluster, cfg)
 
 
-def _plan(spec: JobSpec, cluster: Cluster, cfg: ProfileConfig,
-          node_ids: tuple[str, ...] | None) -> tuple[tuple[Option, ...], float | None]:
+def _watch_owner(incarnation: str, every_s: float = 2.0) -> None:
+    """End this task's process once the scheduler that started it is gone or restarted.
+
+    A task outlives its owner's death here: the worker stays, and so does the Ray Train
+    controller a dp > 1 profile created in it, holding its placement group for good (seen after
+    the scheduler actor was killed mid-profile). The process exiting takes the controller, and
+    with it the placement group, along (both are owned by it)."""
+    import os
+
+    from tidal.platform.scheduler import NAMESPACE, SCHEDULER_NAME
+
+    def loop() -> None:
+        while True:
+            time.sleep(every_s)
+            try:
+                actor = ray.get_actor(SCHEDULER_NAME, namespace=NAMESPACE)
+                alive = ray.get(actor.incarnation.remote(), timeout=30) == incarnation
+            except ValueError:  # no scheduler any more
+                alive = False
+            except Exception:  # restarting, or busy: ask again
+                continue
+            if not alive:
+                os._exit(1)
+
+    threading.Thread(target=loop, name="tidal-owner-watch", daemon=True).start()
+
+
+def _plan(spec: JobSpec, cluster: Cluster, cfg: ProfileConfig, node_ids: tuple[str, ...] | None,
+          owner: str | None = None) -> tuple[tuple[Option, ...], float | None]:
+    if owner is not None:
+        _watch_owner(owner)
     jp = plan_job(spec, cluster, cfg, node_ids=node_ids)
     return jp.options, jp.guarantee
 
@@ -84,9 +115,11 @@ def start_sizing(spec: JobSpec, cluster: Cluster, cfg: ProfileConfig, attempts: 
 
 
 def start_planning(spec: JobSpec, cluster: Cluster, cfg: ProfileConfig, plans: int,
-                   reservation: Reservation | None, attempts: int = 1) -> Admission:
+                   reservation: Reservation | None, attempts: int = 1, owner: str | None = None) -> Admission:
+    """`owner`: the scheduler's incarnation (`Scheduler.incarnation`); the task ends itself when
+    that scheduler is gone (`_watch_owner`)."""
     pin = reservation.workers if reservation else None
-    ref = _planning.options(name=f"tidal-plan-{spec.name}").remote(spec, cluster, cfg, pin)
+    ref = _planning.options(name=f"tidal-plan-{spec.name}").remote(spec, cluster, cfg, pin, owner)  # type: ignore[call-arg]
     return Admission(stage=Stage.PROFILING, ref=ref, plans=plans, reservation=reservation, attempts=attempts)
 
 

@@ -124,6 +124,7 @@ class Scheduler:
         self.specs: dict[str, JobSpec] = {}
         self.reasons: dict[str, str] = {}  # why a queued job waits, from the last decision
         self.observed: dict[str, float] = {}  # job → when its run's throughput was last observed
+        self._incarnation = uuid.uuid4().hex  # this actor's life: a restart is another
         self._recover()
         self._wake = threading.Event()
         threading.Thread(target=self._loop, name="tidal-reconcile", daemon=True).start()
@@ -132,6 +133,10 @@ class Scheduler:
 
     def ping(self) -> str:
         return "ok"
+
+    def incarnation(self) -> str:
+        """Which life of the actor this is (admission tasks end themselves when it changes)."""
+        return self._incarnation
 
     def submit(self, spec: JobSpec, options: tuple[Option, ...] | None = None) -> str:
         """Store a job and return its id at once. Without `options` it is PROFILING: admission
@@ -346,7 +351,7 @@ class Scheduler:
                                 "and other profiles")
                 return
         self.admissions[r.job_id] = admission.start_planning(spec, cluster, self.cfg.profiling(), plans, res,
-                                                             attempts)
+                                                             attempts, owner=self._incarnation)
         self._event(f"{r.job_id}: profiling {plans} plans"
                     + (f", reserved {len(res.workers)} workers on {sorted(set(res.workers))}" if res else ""))
         self._wake.set()  # the policy makes room now, not at the next tick
