@@ -14,8 +14,8 @@ in log space, so a 3× over- and a 3× under-estimate weigh alike. The ratio sur
 GPU-count changes (it is the job's, not the plan's) and restarts of the scheduler (the caller
 stores it). Scaling the guarantee with the options keeps a guaranteed job's choice of option
 what the model said; what changes is how the job weighs against others — a job the model
-flattered no longer looks seconds from done. Observations shorter than `min_dt_s` (a run's
-first steps: start-up, warm-up) are ignored.
+flattered no longer looks seconds from done. (The live scheduler skips a run's first report:
+start-up and warm-up.)
 
 The live scheduler calls `observe` with the run's measured samples/s; the simulator calls it
 with the truth table's.
@@ -38,7 +38,6 @@ class Correction:
 @dataclass(frozen=True, kw_only=True)
 class CorrectionConfig:
     half_life_s: float = 120.0
-    min_dt_s: float = 0.0
     bounds: tuple[float, float] = (0.05, 20.0)  # a ratio outside is a broken measurement, clipped
 
 
@@ -47,7 +46,7 @@ def observe(c: Correction, *, predicted: float, measured: float, dt: float,
     """The correction after `dt` seconds of running at `measured` samples/s where the model said
     `predicted` (formula in the module docstring). Non-positive inputs change nothing."""
     cfg = cfg or CorrectionConfig()
-    if not (predicted > 0 and measured > 0 and dt >= cfg.min_dt_s) or not math.isfinite(measured):
+    if not (predicted > 0 and measured > 0 and dt >= 0) or not math.isfinite(measured):
         return c
     lo, hi = cfg.bounds
     obs = min(hi, max(lo, measured / predicted))

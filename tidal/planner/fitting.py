@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tidal.jobs.spec import JobSpec, Plan, plans_for
+from tidal.jobs.spec import JobSpec, Plan, SpecError, plans_for
 from tidal.planner.memory import fit_memory
 from tidal.planner.perfmodel import Fit, Hardware, Sample, Workload, fit
 from tidal.planner.planner import JobModel, packed, point_of
@@ -38,6 +38,10 @@ def sample_plans(spec: JobSpec, max_gpus: int, k: int, gpus_per_node: int) -> li
     return [p for p, _ in select(candidates, lambda c: c[1], k)]
 
 
+class ProfilesFailed(SpecError):
+    """Every profile of the job failed (its rows say why): the job cannot be planned."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Fitted:
     model: JobModel
@@ -49,7 +53,7 @@ def fit_job(spec: JobSpec, records: list[ProfileRecord], *, gpus_per_node: int,
             hw: Hardware | None = None) -> Fitted:
     ok = [r for r in records if r.status == "ok"]
     if not ok:
-        raise RuntimeError(f"no profile of job {spec.name} succeeded: "
+        raise ProfilesFailed("JobSpec", f"no profile of job {spec.name} succeeded: "
                            + "; ".join(f"{r.plan.short()}: {r.status}" for r in records))
     hw = hw or Hardware(cpu_threads_per_gpu=1)
     psi, largest, layers = model_shape(spec)

@@ -132,11 +132,7 @@ def user_error(e: BaseException) -> str | None:
     """The one-line reason of an admission task's error if it is the job's (a SpecError: it fits
     no plan, its profiles all failed), else None (a fault of the cluster: try again)."""
     cause = getattr(e, "cause", None) or e
-    if isinstance(cause, SpecError):
-        return str(cause)
-    if isinstance(cause, RuntimeError) and str(cause).startswith("no profile of job"):
-        return str(cause).splitlines()[0][:500]
-    return None
+    return str(cause).splitlines()[0][:500] if isinstance(cause, SpecError) else None
 
 
 def cancel(adm: Admission) -> None:

@@ -13,9 +13,9 @@ manager lends there (`lent`, `tidal.serving.loans.lend_by_node`), never more tha
 Serve's replicas, and marks them `recallable`; with no loan it offers none.
 
 The live scheduler calls it on what Ray reports (`Scheduler._nodes`, with the loan step's `lent`);
-the tests call it on recorded states. Profile reservations are subtracted after it
-(`tidal.platform.reservations.without`), so a profile that already runs counts twice for its
-few seconds: conservative.
+the tests call it on recorded states. Profile reservations count as Tidal's holdings here and
+are subtracted after it (`tidal.platform.reservations.without`), so a profile that runs is
+counted once.
 """
 
 from __future__ import annotations

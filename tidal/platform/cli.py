@@ -106,7 +106,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     print(f"profiling {spec.name} ({len(plans)} plans, cached in $TIDAL_CACHE/profiles) ...")
     try:
         fitted = plan_job(spec, cluster, cfg, progress=True, require=False).fitted
-    except (SpecError, RuntimeError) as e:
+    except SpecError as e:  # fits no shape, every profile failed
         raise SystemExit(f"tidal: {e}") from None
     print(f"performance model fit error (MAPE over profiled plans): {100 * fitted.perf.mape:.1f}%")
     ranked = rank_plans(spec, fitted.model, shape)

@@ -36,6 +36,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import math
 import threading
 import time
 import uuid
@@ -181,7 +182,7 @@ class Scheduler:
         if r.state is JobState.PROFILING:
             reason = adm.reason() if adm else "waiting for the scheduler's next step"
             res = adm.reservation if adm else None
-            gpus = int(sum(g for g, _ in (res.on(n) for n in set(res.workers))) + 0.999) if res else 0
+            gpus = math.ceil(len(res.workers) * res.gpus_per_worker - 1e-9) if res else 0
             nodes = sorted(set(res.workers)) if res else []
         return {
             "total_steps": spec.total_steps, "eta_s": eta, "reason": reason,
@@ -293,11 +294,12 @@ class Scheduler:
             except Exception:  # the loop must survive; the error is logged with its trace
                 log.exception("reconcile failed")
 
-    def _cluster(self) -> Cluster:
-        return Cluster(node_gpus=tuple(n.gpus for n in self._cluster_nodes()),
+    def _cluster(self, ray_nodes: list[dict[str, Any]] | None = None) -> Cluster:
+        """Every alive GPU node at its full size (`ray_nodes`: `ray.nodes()` if already read)."""
+        return Cluster(node_gpus=tuple(n.gpus for n in self._cluster_nodes(ray_nodes)),
                        gpu_mem_gib=self.cfg.gpu_mem_gib)
 
-    def _admit(self, recs: list[JobRecord], nodes: list[Node]) -> None:
+    def _admit(self, recs: list[JobRecord], nodes: list[Node], ray_nodes: list[dict[str, Any]]) -> None:
         """Step 3: move every PROFILING job one stage on (`tidal.platform.admission`)."""
         cluster: Cluster | None = None
         for r in recs:
@@ -305,7 +307,7 @@ class Scheduler:
                 continue
             jid, spec = r.job_id, self._spec(r)
             adm = self.admissions.get(jid)
-            cluster = cluster or self._cluster()
+            cluster = cluster or self._cluster(ray_nodes)
             if adm is None:
                 self.admissions[jid] = admission.start_sizing(spec, cluster, self.cfg.profiling())
                 continue
@@ -415,11 +417,11 @@ class Scheduler:
             guarantee = match[0].samples_per_s
         return options, guarantee
 
-    def _cluster_nodes(self) -> list[Node]:
+    def _cluster_nodes(self, ray_nodes: list[dict[str, Any]] | None = None) -> list[Node]:
         """Every alive node with GPUs at its full size: what a job may ever get (admission and
         planning; the policy's snapshot sees `_nodes`)."""
         out = []
-        for n in ray.nodes():
+        for n in ray.nodes() if ray_nodes is None else ray_nodes:
             res = n.get("Resources", {})
             if n.get("Alive") and res.get("GPU", 0) >= 1:
                 out.append(Node(node_id=n["NodeID"], gpus=int(res["GPU"]), cpus=float(res.get("CPU", 0)),
@@ -518,6 +520,7 @@ class Scheduler:
     def _collect(self) -> None:
         """Step 1: progress of the live runs into the store; the runs that ended into states."""
         now = time.time()
+        recs = {r.job_id: r for r in self.store.all()}
         for jid in list(self.executor.handles):
             p = self.executor.progress(jid)
             if not p:
@@ -526,7 +529,7 @@ class Scheduler:
             last = self.observed.get(jid)
             self.observed[jid] = now
             if self.cfg.correction is not None and last is not None:  # a run's first report: start-up
-                rec = self.store.get(jid)
+                rec = recs[jid]
                 c = observe(Correction(ratio=rec.sps_ratio), predicted=rec.predicted_sps,
                             measured=upd["measured_sps"], dt=now - last, cfg=self.cfg.correction)
                 upd["sps_ratio"] = c.ratio
@@ -613,7 +616,7 @@ class Scheduler:
             ray_nodes = ray.nodes()
             self._loan_step([r for r in recs if r.state.scheduled], ray_nodes)
             nodes = self._nodes(ray_nodes)
-            self._admit(recs, without(nodes, self._reservations()))
+            self._admit(recs, without(nodes, self._reservations()), ray_nodes)
             recs = [r for r in self.store.all() if r.state.scheduled]
             nodes = without(self._nodes(ray_nodes), self._reservations())
             if not recs or not nodes:
