@@ -16,9 +16,11 @@ import torch
 from tests.conftest import tiny_gpt_spec
 from tidal.jobs import Plan
 from tidal.jobs.checkpoint import (
+    STATE_FILE,
     CheckpointError,
     TrainState,
     capture_state,
+    read_complete_meta,
     read_meta,
     restore_state,
 )
@@ -79,3 +81,16 @@ def test_restore_refuses_another_model(dist_world_of_one: None, tmp_path: Path) 
         restore_state(engine, state)
     with pytest.raises(CheckpointError, match="not a Tidal checkpoint"):
         TrainState.load(tmp_path)
+
+
+def test_a_checkpoint_cut_short_in_storage_is_not_complete(dist_world_of_one: None, tmp_path: Path) -> None:
+    """The copy into storage may stop anywhere (a killed worker), in any file order."""
+    _, state = _train(tiny_gpt_spec(), Plan(dp=1, micro_batch=8), 0, 1, None)
+    state.save(tmp_path / "whole")
+    assert read_complete_meta(tmp_path / "whole")["step"] == 1
+    state.save(tmp_path / "cut")
+    data = (tmp_path / "cut" / STATE_FILE).read_bytes()
+    (tmp_path / "cut" / STATE_FILE).write_bytes(data[: len(data) // 2])
+    assert read_meta(tmp_path / "cut")["step"] == 1  # its meta alone looks fine
+    with pytest.raises(CheckpointError, match="half-written"):
+        read_complete_meta(tmp_path / "cut")

@@ -67,7 +67,8 @@ class TrainState:
             },
             d / STATE_FILE,
         )
-        meta = {"format": FORMAT, "step": self.step, "seed": self.seed, **self.meta}
+        meta = {"format": FORMAT, "step": self.step, "seed": self.seed, **self.meta,
+                "state_bytes": (d / STATE_FILE).stat().st_size}
         (d / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True))
 
     @classmethod
@@ -92,6 +93,18 @@ def read_meta(directory: str | Path) -> dict[str, Any]:
     if not path.exists():
         raise CheckpointError(f"{path} does not exist: not a Tidal checkpoint")
     meta: dict[str, Any] = json.loads(path.read_text())
+    return meta
+
+
+def read_complete_meta(directory: str | Path) -> dict[str, Any]:
+    """`read_meta` of a checkpoint whose state file is whole: the copy into storage may have been
+    cut short (a killed worker) in any file order, so the state's size must be the one its meta
+    recorded. Raises CheckpointError for a half-written checkpoint."""
+    meta = read_meta(directory)
+    path = Path(directory) / STATE_FILE
+    size = path.stat().st_size if path.exists() else -1
+    if "state_bytes" in meta and size != int(meta["state_bytes"]):
+        raise CheckpointError(f"{path} has {size} bytes, its meta says {meta['state_bytes']}: half-written")
     return meta
 
 

@@ -11,8 +11,9 @@ reconfigures a job as stop → `run(spec, new_plan, new_resources, checkpoint=..
 Each run has a small control actor (`RunControl`, zero CPUs). Rank 0 sends it per-step
 metrics in batches, never blocking on it, and learns from its answer whether a stop was asked
 for; the driver reads progress and the loss curve from it. Ray Train's own `report` carries
-metrics every `report_every` steps and the checkpoints, which land under the run's storage
-(`$TIDAL_STORAGE`, default `~/.cache/tidal/runs`; a multi-node cluster needs it on a shared
+the checkpoints, which land under the run's storage, and metrics only if the spec asks
+(`report_every`: each report waits for Ray Train's controller, which polls every 2 s), storage
+being `$TIDAL_STORAGE`, default `~/.cache/tidal/runs`; a multi-node cluster needs it on a shared
 filesystem or in cloud storage).
 
 Workers use `resources_per_worker = {CPU: c, GPU: g}`. With `gpus_per_worker > 0` and no CUDA

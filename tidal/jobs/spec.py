@@ -199,6 +199,12 @@ class JobSpec:
     plan:     the user's own plan (the guarantee is stated against it), optional.
     guaranteed: if True, the scheduler keeps the job at least at the throughput of
               `plan` on `requested_gpus` (Rubick's guarantee).
+    checkpoint_every: steps between checkpoints (each is a `ray.train.report`).
+    report_every: None (default), or also send metrics to Ray Train every this many steps.
+              Tidal's own metrics (every step's loss, LR, time) reach the scheduler without
+              them. Each `ray.train.report` waits for Ray Train's controller to take the
+              previous one, and it polls every 2 s (`RAY_TRAIN_HEALTH_CHECK_INTERVAL_S`):
+              measured here, reports every 5 steps made a 8 ms step cost 0.37 s.
     lr:       a float (constant), an `LRSchedule`, or "autolrs" / `AutoLRS(...)`: the LR is
               tuned stage by stage inside the job (`tidal.jobs.autolrs`); its probe steps
               count against `total_steps`, the job's budget of optimizer steps.
@@ -223,7 +229,7 @@ class JobSpec:
     precision: Precision = "fp32"
     seed: int = 0
     checkpoint_every: int = 50
-    report_every: int = 10
+    report_every: int | None = None
     eval_dataset: Callable[[], Any] | None = None
 
     def __post_init__(self) -> None:
@@ -243,6 +249,8 @@ class JobSpec:
         for name in ("global_batch", "total_steps", "min_gpus", "max_gpus", "checkpoint_every",
                      "report_every"):
             value = getattr(self, name)
+            if name == "report_every" and value is None:
+                continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise SpecError(f"JobSpec.{name}", f"must be an integer >= 1, got {value!r}")
         if self.min_gpus > self.max_gpus:

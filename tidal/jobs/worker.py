@@ -140,7 +140,7 @@ class LoopHooks:
         """Every rank: a checkpoint of the job (the full state on rank 0, None elsewhere)."""
 
     def report(self, row: dict[str, Any]) -> None:
-        """Every rank: a metrics report between checkpoints (every `report_every` steps)."""
+        """Every rank: a metrics report between checkpoints (every `report_every` steps, if set)."""
 
     def after_step(self, engine: Any, row: dict[str, Any]) -> None:
         """Every rank: the engine now holds the state after data position `row["step"]` (e.g.
@@ -236,7 +236,7 @@ class _Loop:
         last = self.compute >= end or stop
         if last or self.step % self.spec.checkpoint_every == 0:
             self.save(row)
-        elif self.step % self.spec.report_every == 0:
+        elif self.spec.report_every is not None and self.step % self.spec.report_every == 0:
             self.hooks.report(row)
         return last
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidal.core.policy import Allocation
-from tidal.jobs.checkpoint import read_meta, read_metrics
+from tidal.jobs.checkpoint import read_complete_meta, read_metrics
 from tidal.jobs.runner import Resources, RunHandle, RunResult, launch, storage_root
 from tidal.jobs.spec import JobSpec
 
@@ -52,10 +52,11 @@ def run_checkpoints(run_id: str | None) -> tuple[str | None, int, list[dict[str,
     metrics: list[dict[str, Any]] = []
     for d in sorted(root.glob("step_*")) if root.exists() else []:
         try:
-            step = int(read_meta(d)["step"])
+            step = int(read_complete_meta(d)["step"])
+            metrics_of_d = read_metrics(d)
         except Exception:  # a half-written checkpoint: skip it
             continue
-        metrics += read_metrics(d)
+        metrics += metrics_of_d
         if step >= best[1]:
             best = (str(d), step)
     return best[0], best[1], [m for m in metrics if int(m["step"]) <= best[1]]
