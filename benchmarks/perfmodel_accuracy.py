@@ -32,7 +32,7 @@ import argparse
 import csv
 import random
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -123,9 +123,15 @@ def read_rows(path: Path) -> list[Row]:
             parts = tuple(float(r[c]) for c in ("fwd_s", "bwd_s", "opt_s")) if all(
                 r.get(c) for c in ("fwd_s", "bwd_s", "opt_s")) else None
             ratio = float(r["ckpt_ratio"]) if r.get("ckpt_ratio") else None
-            out.append(Row(r["model"], int(float(r["params"])), plan, seq, batch, step, peak, r["status"],
+            params = int(float(r["params"])) if r.get("params") else 0  # empty on an oom row
+            out.append(Row(r["model"], params, plan, seq, batch, step, peak, r["status"],
                            parts, ratio))  # type: ignore[arg-type]
-    return out
+    # an `oom` row may leave params (and the times) empty: the model's other rows give them
+    known = {r.model: r.params for r in out if r.params > 0}
+    for r in out:
+        if r.model not in known:
+            raise SystemExit(f"{path}: no row of model {r.model!r} gives its params")
+    return [replace(r, params=known[r.model]) for r in out]
 
 
 def measurements(path: Path, fit_rows: int, precision: str, device_gib: float,
@@ -141,6 +147,9 @@ def measurements(path: Path, fit_rows: int, precision: str, device_gib: float,
         mine = [r for r in rows if r.model == model]
         ok = [r for r in mine if r.status == "ok"]
         chosen = select(ok, lambda r: r.point, fit_rows)
+        if not ok:  # nothing to fit the models on
+            print(f"{model:<16}{len(mine):>5}   - every row oom: not fitted, not counted")
+            continue
         params, batch = mine[0].params, ok[0].batch if ok else mine[0].batch
         work = Workload(params=params, global_batch=batch, grad_bytes=2 if precision == "bf16" else 4)
         perf = fit([r.sample(use_parts) for r in chosen], work, hw)

@@ -16,7 +16,10 @@ from tidal.core.policy import (
     Option,
     PolicyConfig,
     Snapshot,
+    _knapsack_dp,
+    _knapsack_greedy,
     decide,
+    utilities,
     utility,
 )
 from tidal.jobs import Plan
@@ -107,6 +110,54 @@ def _optimum(snap: Snapshot) -> float:
     return best
 
 
+def _items(seed: int, n: int) -> Items:
+    rng = random.Random(seed)
+    out = []
+    for k in range(n):
+        j = JobView(job_id=f"j{k}", arrival=float(k), options=_options(rng, rng.choice([8, 16, 32, 64]), 64),
+                    remaining_samples=rng.uniform(1e3, 1e7), restart_cost_s=rng.uniform(30, 300))
+        u = utilities(j, 0.0, PolicyConfig())
+        out.append((j, [(o.gpus, u[i], i) for i, o in enumerate(j.options)]))
+    return out
+
+
+Items = list[tuple[JobView, list[tuple[int, float, int]]]]
+
+
+def _value(items: Items, picked: dict[str, int]) -> tuple[int, float]:
+    w = u = 0.0
+    for j, choices in items:
+        if j.job_id in picked:
+            c = next(c for c in choices if c[2] == picked[j.job_id])
+            w, u = w + c[0], u + c[1]
+    return int(w), u
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_greedy_knapsack_is_within_one_item_of_the_dp(seed: int) -> None:
+    """Past `DP_CELLS` the policy solves the knapsack greedily on convex hulls: it never
+    exceeds the capacity, never beats the exact DP, and falls short by at most one item."""
+    rng = random.Random(seed)
+    items = _items(seed, rng.randint(20, 300))
+    cap = rng.randint(16, 512)
+    dp_w, dp_u = _value(items, _knapsack_dp(items, cap))
+    gr_w, gr_u = _value(items, _knapsack_greedy(items, cap))
+    assert dp_w <= cap and gr_w <= cap
+    assert gr_u <= dp_u * (1 + 1e-9)
+    top = max(max(c[1] for c in choices) for _, choices in items)
+    assert dp_u - gr_u <= top + 1e-9
+    assert gr_u >= 0.97 * dp_u, f"greedy {gr_u:.4g} vs DP {dp_u:.4g}"
+
+
+def test_the_greedy_knapsack_prices_lent_gpus_like_the_dp() -> None:
+    """With lent GPUs the greedy takes them only when their gain beats their price: free lent
+    GPUs (price 0) are all used when useful, dear ones (a huge price) never."""
+    items = _items(7, 200)
+    free_w, _ = _value(items, _knapsack_greedy(items, 256, owned=128, lent_price_factor=0.0))
+    dear_w, _ = _value(items, _knapsack_greedy(items, 256, owned=128, lent_price_factor=1e6))
+    assert free_w > 128 >= dear_w
+
+
 @pytest.mark.parametrize("seed", range(60))
 def test_equals_the_exhaustive_optimum(seed: int) -> None:
     """On small instances (one node pool, no CPU limits, so placement never forces a job down)
@@ -176,14 +227,32 @@ def test_cpu_fallback_back_to_the_current_allocation_is_no_restart() -> None:
     assert d.changed == ()
 
 
-def test_jobs_restarted_too_often_are_left_alone() -> None:
+def test_jobs_restarted_too_often_are_not_shrunk_but_may_grow() -> None:
     nodes = (Node(node_id="a", gpus=4),)
     cur = Allocation(gpus_by_node=(("a", 4),), plan=Plan(dp=4, micro_batch=2))
     a = _job("A", 0, [1, 2, 4], [100, 190, 300], current=cur, restarts=5, restart_cost_s=1)
     b = _job("B", 1, [1, 2, 4], [100, 190, 300])
     d = decide(Snapshot(nodes=nodes, jobs=(a, b), config=PolicyConfig(max_restarts=5)))
-    assert d.allocations["A"] == cur and "B" not in d.allocations
+    assert d.allocations["A"] == cur and "B" not in d.allocations  # not shrunk for B
     assert "waiting" in d.reasons["B"]
+    # alone, on 1 GPU of 4: it grows (freezing it there left one job of the sweep alone on
+    # 1 GPU for 500,000 s)
+    small = Allocation(gpus_by_node=(("a", 1),), plan=Plan(dp=1, micro_batch=8))
+    a = _job("A", 0, [1, 2, 4], [100, 190, 300], current=small, restarts=5, restart_cost_s=1)
+    d = decide(Snapshot(nodes=nodes, jobs=(a,), config=PolicyConfig(max_restarts=5)))
+    assert d.allocations["A"].gpus == 4
+
+
+def test_an_admitted_guaranteed_job_keeps_its_floor_before_earlier_waiting_ones() -> None:
+    """Admission control: G2 (running at its guarantee) is not pushed out by G1, which arrived
+    earlier but waited; G1 waits for capacity nobody's guarantee holds."""
+    nodes = (Node(node_id="a", gpus=4),)
+    cur = Allocation(gpus_by_node=(("a", 4),), plan=Plan(dp=4, micro_batch=2))
+    g1 = _job("G1", 0, [2, 4], [190, 300], guarantee=250.0)
+    g2 = _job("G2", 1, [2, 4], [190, 300], guarantee=250.0, current=cur)
+    d = decide(Snapshot(nodes=nodes, jobs=(g1, g2)))
+    assert d.allocations["G2"] == cur and "G1" not in d.allocations
+    assert "guarantee needs 4 GPUs" in d.reasons["G1"]
 
 
 def test_guaranteed_first_and_on_non_recallable_gpus() -> None:

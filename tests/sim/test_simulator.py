@@ -10,7 +10,8 @@ from tidal.core.policy import Allocation, Decision, Snapshot
 from tidal.sim.simulator import POLICIES, CapacityError, PolicyUnderTest, SimConfig, SimResult, Simulator
 from tidal.sim.tables import Truth
 from tidal.sim.views import SimPlanner
-from tidal.sim.workload import SimJob, read_workload, synthetic, write_workload
+from tidal.sim import baselines
+from tidal.sim.workload import SimJob, family, read_workload, synthetic, write_workload
 
 RUBICK = Path(__file__).resolve().parents[3] / "shared" / "traces" / "rubick"
 MIX = {"bert": 1.0, "gpt2": 1.0, "t5": 1.0}
@@ -94,3 +95,47 @@ def test_bad_workloads_are_rejected(world: tuple[Truth, SimPlanner, list[SimJob]
 def test_rubick_trace_reads(world: tuple[Truth, SimPlanner, list[SimJob]]) -> None:
     jobs = read_workload(RUBICK / "workload-base.csv")
     assert len(jobs) == 406 and {j.app for j in jobs} == set(world[0].apps())
+
+
+def test_the_workload_family(world: tuple[Truth, SimPlanner, list[SimJob]]) -> None:
+    """At least 12 seeded workloads: the shared trace, its variants, synthetic ones over the
+    rate × guarantee-share grid; the same seed gives the same family."""
+    truth = world[0]
+    fam = family(truth, [str(RUBICK / "workload-base.csv")], jobs=60)
+    names = [n for n, _ in fam]
+    assert len(fam) >= 12 and len(set(names)) == len(names)
+    by = dict(fam)
+    base = by["workload-base"]
+    assert [j.submit for j in by["workload-base-rate2"]] == [round(j.submit / 2) for j in base]
+    for share in (25, 50):
+        got = sum(j.is_sla for j in by[f"workload-base-sla{share}"]) / len(base)
+        assert abs(got - share / 100) < 0.07
+    assert not any(j.is_sla for n, jobs in fam if "sla0" in n for j in jobs)
+    assert [(n, [(j.name, j.submit, j.steps, j.exec_plan) for j in jobs]) for n, jobs in fam] == [
+        (n, [(j.name, j.submit, j.steps, j.exec_plan) for j in jobs])
+        for n, jobs in family(truth, [str(RUBICK / "workload-base.csv")], jobs=60)]
+
+
+def test_a_guaranteed_job_stopped_after_its_start_is_in_violation(
+        world: tuple[Truth, SimPlanner, list[SimJob]]) -> None:
+    """The one definition (tidal.sim.simulator): from first start to completion, time stopped
+    counts; time waiting before the first start does not."""
+    truth, planner, _ = world
+    job = SimJob(name="g-0", submit=0, app="bert", num_gpus=1, num_cpus=8, exec_plan="ga", steps=3000,
+                 is_sla=True)
+    other = SimJob(name="b-1", submit=0, app="bert", num_gpus=1, num_cpus=8, exec_plan="ga", steps=30000)
+
+    def stop_once(snap: Snapshot) -> Decision:  # g-0 waits until 120 s, runs, is stopped 240-360 s
+        d = baselines.fifo(snap)
+        if snap.now < 120 or 240 <= snap.now < 360:
+            running = any(j.job_id == "g-0" and j.current is not None for j in snap.jobs)
+            allocs = {k: v for k, v in d.allocations.items() if k != "g-0"}
+            return Decision(allocations=allocs, reasons={"g-0": "test"}, recall_loss={},
+                            changed=("g-0",) if running else ())
+        return d
+
+    r = Simulator([job, other], truth, planner, PolicyUnderTest(name="s", kind="static", decide=stop_once),
+                  SimConfig(nodes=1, gpus_per_node=8)).run()
+    g = next(j for j in r.jobs if j.name == "g-0")
+    assert g.start == 120.0
+    assert g.violation_s == pytest.approx(120.0)  # the two stopped rounds, not the wait

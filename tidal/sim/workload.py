@@ -1,4 +1,5 @@
-"""Workloads: the Rubick artifact's job traces, and a seeded generator of larger ones.
+"""Workloads: the Rubick artifact's job traces, a seeded generator of others, and the family of
+both that the policy's constants are chosen on (`family`).
 
 Both have the artifact's columns (`../shared/traces/rubick/README.md` §2):
 `name,submission_time,duration,application,num_gpus,num_cpus,bandwidth,exec_plan,steps,is_sla`.
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -73,11 +74,13 @@ MIX = {"bert": 0.16, "roberta": 0.14, "vit": 0.12, "t5": 0.16, "gpt2": 0.17, "ll
 
 def synthetic(truth: Truth, *, jobs: int, jobs_per_hour: float, seed: int = 0,
               mix: Mapping[str, float] | None = None, median_s: float = 60.0, sigma: float = 2.5,
-              max_s: float = 14 * 3600.0, sla_fraction: float = 0.0, gpus_per_node: int = 8) -> list[SimJob]:
+              max_s: float = 14 * 3600.0, sla_fraction: float = 0.0, gpus_per_node: int = 8,
+              any_plan: bool = False) -> list[SimJob]:
     """A seeded workload: Poisson arrivals at `jobs_per_hour`, applications drawn from `mix`,
     requests from `REQUESTS`, ideal durations log-normal (median `median_s`, log-sd `sigma`,
     capped at `max_s`; the artifact's traces have median 7.6 s, mean 495 s, max 13,473 s),
-    steps = duration / the request's measured iteration time."""
+    steps = duration / the request's measured iteration time. With `any_plan` the user's plan is
+    any plan measured on the requested GPU count (users who do not pick the best one)."""
     rng = np.random.default_rng(seed)
     mix = dict(mix or MIX)
     apps = sorted(mix)
@@ -89,10 +92,70 @@ def synthetic(truth: Truth, *, jobs: int, jobs_per_hour: float, seed: int = 0,
         t += float(rng.exponential(3600.0 / jobs_per_hour))
         app = apps[int(rng.choice(len(apps), p=p))]
         n, code = REQUESTS[app][int(rng.integers(len(REQUESTS[app])))]
+        if any_plan:
+            codes = truth.plans_at(app, n) or (code,)
+            code = codes[int(rng.integers(len(codes)))]
         duration = float(min(max_s, rng.lognormal(np.log(median_s), sigma)))
         it = truth.iter_time(app, code, packed(n, gpus_per_node))
         steps = max(1, round(duration / it))
         out.append(SimJob(name=f"{app}-{i}", submit=round(t), app=app, num_gpus=n, num_cpus=8 * n,
                           exec_plan=code, steps=steps, is_sla=bool(rng.random() < sla_fraction),
                           duration=steps * it))
+    return out
+
+
+def rescaled(jobs: Sequence[SimJob], rate: float) -> list[SimJob]:
+    """The same jobs arriving `rate` times as fast (submission times divided by `rate`)."""
+    if rate <= 0:
+        raise ValueError(f"rate must be > 0, got {rate}")
+    return [replace(j, submit=round(j.submit / rate)) for j in jobs]
+
+
+def with_guarantees(jobs: Sequence[SimJob], share: float, seed: int) -> list[SimJob]:
+    """The same jobs with a seeded `share` of them guaranteed (`is_sla`), the rest best-effort."""
+    rng = np.random.default_rng([seed, round(share * 1000)])
+    return [replace(j, is_sla=bool(rng.random() < share)) for j in jobs]
+
+
+# The family's synthetic axes (cycled over the rate × guarantee grid): application mixes, job
+# durations (median s, log-sd) and whether users pick any measured plan.
+MIXES: Mapping[str, Mapping[str, float]] = {
+    "mix": MIX,
+    "small": {**MIX, "llama7": 0.04, "llama30": 0.03},
+    "large": {**MIX, "llama7": 0.25, "llama30": 0.2},
+}
+DURATIONS: Mapping[str, tuple[float, float]] = {
+    "short": (7.6, 3.0), "long": (40.0, 2.5), "spread": (3.0, 3.6)}
+BASE_JOBS_PER_HOUR = 30.7  # workload-base: 406 jobs over 13.2 h
+
+
+def family(truth: Truth, shared: Sequence[str | Path], *, seed: int = 0,
+           jobs: int = 400) -> list[tuple[str, list[SimJob]]]:
+    """The workloads a policy is judged on, (name, jobs) each, seeded:
+
+    * each shared trace as it is (the artifact's workload-base and workload-bp);
+    * the first shared trace with 25% and 50% of its jobs guaranteed, and arriving 0.5× and 2×
+      as fast;
+    * nine synthetic workloads, arrival rate 0.5×, 1× and 2× workload-base's × 0%, 25% and 50%
+      guaranteed jobs, each with another application mix (sizes), duration distribution and
+      users' plans (`MIXES`, `DURATIONS`, `any_plan`), cycled so that every value meets
+      several rates and guarantee shares.
+    """
+    out: list[tuple[str, list[SimJob]]] = [(Path(p).stem, read_workload(p)) for p in shared]
+    if shared:
+        stem, base = out[0]
+        out += [(f"{stem}-sla25", with_guarantees(base, 0.25, seed)),
+                (f"{stem}-sla50", with_guarantees(base, 0.5, seed)),
+                (f"{stem}-rate0.5", rescaled(base, 0.5)), (f"{stem}-rate2", rescaled(base, 2.0))]
+    mixes, durations = list(MIXES), list(DURATIONS)
+    k = 0
+    for rate in (0.5, 1.0, 2.0):
+        for sla in (0.0, 0.25, 0.5):
+            mix, dur, any_plan = mixes[k % 3], durations[(k // 3 + k) % 3], k % 2 == 1
+            median, sigma = DURATIONS[dur]
+            name = f"syn-r{rate:g}-sla{int(100 * sla)}-{mix}-{dur}" + ("-anyplan" if any_plan else "")
+            out.append((name, synthetic(truth, jobs=jobs, jobs_per_hour=BASE_JOBS_PER_HOUR * rate,
+                                        seed=seed * 100 + k + 1, mix=MIXES[mix], median_s=median,
+                                        sigma=sigma, sla_fraction=sla, any_plan=any_plan)))
+            k += 1
     return out

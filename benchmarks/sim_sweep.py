@@ -1,0 +1,111 @@
+"""Every policy on the workload family (`tidal.sim.workload.family`), and the sensitivity of
+Tidal's constants: does the policy win everywhere, not on one file?
+
+    python benchmarks/sim_sweep.py --traces ../shared/traces/rubick \
+        --workloads ../shared/traces/rubick/workload-base.csv ../shared/traces/rubick/workload-bp.csv
+
+For each workload (the shared traces, their variants with 25%/50% guaranteed jobs and 0.5×/2×
+arrival rates, nine seeded synthetic ones) it prints avg JCT, makespan and guarantee violation
+(`tidal.sim.simulator.metrics`: seconds, summed over guaranteed jobs, from first start to
+completion that a job spent stopped or running below the true throughput of its own request)
+for each policy, in the Rubick setting of `sim_compare.py`. Then Tidal's speedups over the
+Rubick re-implementation per workload, and their geometric mean and worst case. Then the
+sensitivity: the same two figures with each of Tidal's constants (`PolicyConfig`) moved one
+at a time; the defaults are chosen by the family's worst case, not by one workload. Last lines:
+`sweep_geomean_jct_speedup_vs_rubick`, `sweep_geomean_makespan_speedup_vs_rubick`,
+`sweep_min_makespan_speedup_vs_rubick`, `sweep_guarantee_violation_not_worse`,
+`sweep_min_jct_speedup_vs_rubick`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from tidal.core.policy import PolicyConfig
+from tidal.sim.simulator import POLICIES, SimConfig, Simulator
+from tidal.sim.tables import Truth
+from tidal.sim.views import SimPlanner
+from tidal.sim.workload import SimJob, family
+
+METRICS = (("avg_jct_s", "JCT"), ("makespan_s", "makespan"), ("guarantee_violation_s", "violation"))
+# one constant at a time, around the default (PolicyConfig)
+SENSITIVITY = {"aging_s": (300.0, 1200.0, 2400.0), "horizon_s": (300.0, 1200.0, 2400.0),
+               "guarantee_margin": (0.0, 0.1, 0.2)}
+
+
+def geomean(xs: list[float]) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def run(jobs: list[SimJob], truth: Truth, planner: SimPlanner, policy: str,
+        cfg: SimConfig) -> dict[str, float]:
+    return Simulator(jobs, truth, planner, POLICIES[policy], cfg).run().metrics
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--traces", type=Path, required=True)
+    ap.add_argument("--workloads", type=Path, nargs="*", default=[],
+                    help="shared workload CSVs (the first also gets the guarantee and rate variants)")
+    ap.add_argument("--policies", nargs="+", default=list(POLICIES), choices=list(POLICIES))
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--jobs", type=int, default=400, help="jobs per synthetic workload")
+    ap.add_argument("--no-sensitivity", action="store_true")
+    args = ap.parse_args(argv)
+    policies = list(dict.fromkeys(["tidal", "rubick", *args.policies]))
+    truth = Truth(args.traces)
+    planner = SimPlanner(truth=truth, seed=args.seed)
+    workloads = family(truth, [str(p) for p in args.workloads], seed=args.seed, jobs=args.jobs)
+    cfg = SimConfig()
+    t0 = time.time()
+    results: dict[str, dict[str, dict[str, float]]] = {}
+    for i, (name, jobs) in enumerate(workloads):
+        results[name] = {p: run(jobs, truth, planner, p, cfg) for p in policies}
+        print(f"[{i + 1}/{len(workloads)}] {name}: {len(jobs)} jobs ({time.time() - t0:.0f} s)", flush=True)
+    print(f"\n{'workload':<36}{'policy':<13}" + "".join(f"{label:>14}" for _, label in METRICS))
+    for name, by_policy in results.items():
+        for p, m in by_policy.items():
+            print(f"{name:<36}{p:<13}" + "".join(f"{m[k]:>14,.0f}" for k, _ in METRICS))
+    jct = {n: r["rubick"]["avg_jct_s"] / r["tidal"]["avg_jct_s"] for n, r in results.items()}
+    mk = {n: r["rubick"]["makespan_s"] / r["tidal"]["makespan_s"] for n, r in results.items()}
+    viol_ok = {n: r["tidal"]["guarantee_violation_s"] <= r["rubick"]["guarantee_violation_s"] + 1e-6
+               for n, r in results.items()}
+    print(f"\n{'workload':<36}{'JCT speedup':>14}{'makespan sp.':>14}  violation tidal / rubick")
+    for n in results:
+        v = results[n]
+        print(f"{n:<36}{jct[n]:>14.3f}{mk[n]:>14.3f}  {v['tidal']['guarantee_violation_s']:,.0f} / "
+              f"{v['rubick']['guarantee_violation_s']:,.0f}" + ("" if viol_ok[n] else "  WORSE"))
+
+    if not args.no_sensitivity:
+        print("\nsensitivity of Tidal's constants (one at a time; JCT and makespan speedup vs rubick)")
+        print(f"{'constant':<24}{'geomean JCT':>14}{'min JCT':>10}{'geomean mk':>14}{'min mk':>10}")
+        base = PolicyConfig()
+        rows = [("default", base)] + [(f"{k}={v:g}", replace(base, **{k: v}))
+                                      for k, vals in SENSITIVITY.items() for v in vals]
+        for label, pc in rows:
+            if label == "default":
+                j, m = list(jct.values()), list(mk.values())
+            else:
+                c = replace(cfg, policy=pc)
+                runs = {n: run(jobs, truth, planner, "tidal", c) for n, jobs in workloads}
+                j = [results[n]["rubick"]["avg_jct_s"] / runs[n]["avg_jct_s"] for n in runs]
+                m = [results[n]["rubick"]["makespan_s"] / runs[n]["makespan_s"] for n in runs]
+            print(f"{label:<24}{geomean(j):>14.3f}{min(j):>10.3f}{geomean(m):>14.3f}{min(m):>10.3f}",
+                  flush=True)
+
+    print(f"\nsweep_workloads: {len(results)}")
+    print(f"sweep_geomean_jct_speedup_vs_rubick: {geomean(list(jct.values())):.3f}")
+    print(f"sweep_geomean_makespan_speedup_vs_rubick: {geomean(list(mk.values())):.3f}")
+    print(f"sweep_min_makespan_speedup_vs_rubick: {min(mk.values()):.3f}")
+    print(f"sweep_guarantee_violation_not_worse: {sum(viol_ok.values())}/{len(viol_ok)}")
+    print(f"sweep_min_jct_speedup_vs_rubick: {min(jct.values()):.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
