@@ -16,8 +16,35 @@ def test_renders_batch_and_zero() -> None:
     assert cfg["gradient_accumulation_steps"] == 2
     assert cfg["zero_optimization"]["stage"] == 2
     assert cfg["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
-    assert cfg["optimizer"]["params"]["torch_adam"] is True
+    assert "torch_adam" not in cfg["optimizer"]["params"]  # DeepSpeedCPUAdam under offload
+    assert cfg["zero_optimization"]["overlap_comm"] is False  # CPU: nothing to overlap with
     assert "bf16" not in cfg
+
+
+def test_settings_for_the_device() -> None:
+    spec = tiny_gpt_spec(plans=PlanSpace())
+    plain = Plan(dp=1, zero_stage=3, micro_batch=8)
+    cpu, cuda = deepspeed_config(spec, plain, "cpu"), deepspeed_config(spec, plain, "cuda")
+    assert cpu["optimizer"]["params"]["torch_adam"] is True and "fused" not in cpu["optimizer"]["params"]
+    assert cuda["optimizer"]["params"]["fused"] is True  # torch.optim.AdamW(fused=True)
+    assert cuda["zero_optimization"]["overlap_comm"] is True
+    assert cpu["zero_optimization"]["stage3_param_persistence_threshold"] == 0
+    assert "stage3_param_persistence_threshold" not in cuda["zero_optimization"]  # DeepSpeed's default
+    off = deepspeed_config(spec, Plan(dp=1, zero_stage=2, offload_optimizer=True, micro_batch=8), "cuda")
+    assert off["zero_optimization"]["offload_optimizer"]["pin_memory"] is True
+    assert "torch_adam" not in off["optimizer"]["params"]
+
+
+def test_offload_runs_deepspeed_cpu_adam() -> None:
+    import torch
+
+    from tidal.jobs.worker import build_engine, init_world_of_one
+
+    init_world_of_one()
+    spec = tiny_gpt_spec(plans=PlanSpace())
+    engine = build_engine(spec, Plan(dp=1, zero_stage=2, offload_optimizer=True, micro_batch=8),
+                          torch.device("cpu"))
+    assert type(engine.optimizer.optimizer).__name__ == "DeepSpeedCPUAdam"
 
 
 def test_stage3_param_offload_and_bf16() -> None:

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from tidal.core.policy import Allocation, Decision, Snapshot
+from tidal.sim import baselines
 from tidal.sim.simulator import POLICIES, CapacityError, PolicyUnderTest, SimConfig, SimResult, Simulator
 from tidal.sim.tables import Truth
 from tidal.sim.views import SimPlanner
-from tidal.sim import baselines
 from tidal.sim.workload import SimJob, family, read_workload, synthetic, write_workload
 
 RUBICK = Path(__file__).resolve().parents[3] / "shared" / "traces" / "rubick"

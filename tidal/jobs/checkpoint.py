@@ -198,9 +198,11 @@ def _init_optimizer_state(engine: Any, adam_step: int) -> None:
     tensors = list(flats) if flats is not None else [
         p for group in inner.param_groups for p in group["params"]
     ]
+    # torch's Adam keeps its step as a tensor, DeepSpeedCPUAdam as an int (passed to its kernel)
+    cpu_adam = type(inner).__name__ == "DeepSpeedCPUAdam"
     for p in tensors:
         inner.state[p] = {
-            "step": torch.tensor(float(adam_step), dtype=torch.float32),
+            "step": adam_step if cpu_adam else torch.tensor(float(adam_step), dtype=torch.float32),
             "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
             "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
         }

@@ -83,7 +83,8 @@ def build_engine(spec: JobSpec, plan: Plan, device: torch.device) -> Any:
         setter(True)
     model.to(device)
     engine, *_ = deepspeed.initialize(
-        model=model, model_parameters=model.parameters(), config=deepspeed_config(spec, plan)
+        model=model, model_parameters=model.parameters(),
+        config=deepspeed_config(spec, plan, "cuda" if device.type == "cuda" else "cpu")
     )
     return engine
 

@@ -124,7 +124,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print("no plan fits")
         return 1
     if args.write_config:
-        args.write_config.write_text(json.dumps(deepspeed_config(spec, best.plan), indent=2))
+        args.write_config.write_text(json.dumps(deepspeed_config(spec, best.plan, args.device), indent=2))
         print(f"\nwrote the DeepSpeed config of {best.plan.short()} to {args.write_config}")
     return 0
 
@@ -282,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--top", type=int, default=15)
     p.add_argument("--cuda", action="store_true", help="profile on GPUs (default: CPU with gloo)")
     p.add_argument("--write-config", type=Path, help="write the best plan's DeepSpeed config JSON here")
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                   help="--write-config: the device the config is for (its optimizer kernel, overlap)")
     p.set_defaults(func=cmd_plan)
     s = sub.add_parser("submit", help="submit FILE.py's JobSpec to the Tidal scheduler")
     s.add_argument("file", type=Path)
