@@ -134,15 +134,29 @@ def read_rows(path: Path) -> list[Row]:
     return [replace(r, params=known[r.model]) for r in out]
 
 
+def regret(predicted: list[float], measured: list[float]) -> float:
+    """1 − measured(chosen) ÷ measured(best): the throughput lost by running the plan the model
+    ranks first (highest predicted throughput; `predicted` is −inf where it predicts no fit)
+    instead of the best measured one (`measured`: 0 for a plan that did not run)."""
+    best = max(measured)
+    if best <= 0:
+        return 0.0
+    if max(predicted) == -np.inf:  # the model says nothing fits: nothing runs
+        return 1.0
+    chosen = max(range(len(predicted)), key=lambda i: predicted[i])
+    return 1.0 - measured[chosen] / best
+
+
 def measurements(path: Path, fit_rows: int, precision: str, device_gib: float,
-                 use_parts: bool = True, count_ckpt: bool = True) -> tuple[float, float, float]:
+                 use_parts: bool = True, count_ckpt: bool = True) -> tuple[float, float, float, float]:
     rows = read_rows(path)
     hw = Hardware(cpu_threads_per_gpu=1)
     step_apes: list[float] = []
     mem_apes: list[float] = []
     correct = total = 0
+    regrets: list[float] = []
     print(f"{'model':<16}{'rows':>5}{'fit':>4}{'step MAPE':>11}{'mem MAPE':>10}{'feasible acc':>14}"
-          f"{'ckpt ratio':>12}")
+          f"{'ckpt ratio':>12}{'regret':>8}")
     for model in sorted({r.model for r in rows}):
         mine = [r for r in rows if r.model == model]
         ok = [r for r in mine if r.status == "ok"]
@@ -172,10 +186,16 @@ def measurements(path: Path, fit_rows: int, precision: str, device_gib: float,
         step_apes += s_apes
         mem_apes += m_apes
         correct, total = correct + sum(hits), total + len(hits)
+        # the plan the planner would run: the highest predicted tokens/s among rows predicted to fit
+        pred_tps = [r.batch * r.seq / perf.predict(work, r.point, hw).iter
+                    if peaks[id(r)] <= device_gib * 2**30 else -np.inf for r in mine]
+        meas_tps = [r.batch * r.seq / r.step_s if r.status == "ok" and r.step_s > 0 else 0.0 for r in mine]
+        regrets.append(regret(pred_tps, meas_tps))
         pct = (lambda v: f"{100 * np.mean(v):.1f}%") if test else (lambda v: "-")  # all rows fitted
         print(f"{model:<16}{len(mine):>5}{len(chosen):>4}{pct(s_apes):>11}{pct(m_apes):>10}"
-              f"{100 * sum(hits) / len(hits):>13.1f}%{'-' if ratio is None else f'{ratio:.3f}':>12}")
-    return float(np.mean(step_apes)), float(np.mean(mem_apes)), correct / total
+              f"{100 * sum(hits) / len(hits):>13.1f}%{'-' if ratio is None else f'{ratio:.3f}':>12}"
+              f"{regrets[-1]:>8.3f}")
+    return float(np.mean(step_apes)), float(np.mean(mem_apes)), correct / total, float(np.mean(regrets))
 
 
 @dataclass(frozen=True)
@@ -231,10 +251,24 @@ def floor_mapes(r: RubickFit) -> tuple[float, float]:
     return (fit(rows, r.work, Hardware(), restarts=4).mape, fit(bare, r.work, Hardware(), restarts=4).mape)
 
 
-def rubick(root: Path, fit_rows: int, verbose: bool, floor: bool) -> float:
+def rubick_regret(r: RubickFit) -> float:
+    """Mean over GPU counts n of the regret of the resource-matrix choice at n: the measured row
+    (plan, placement) on n GPUs the model predicts fastest against the fastest measured one."""
+    by_n: dict[int, list[traces.TraceRow]] = {}
+    for row in r.measured:
+        by_n.setdefault(sum(int(c) for c in row.placement), []).append(row)
+    out = []
+    for rows in by_n.values():
+        pred = [-r.fit.predict(r.work, row.sample.point, Hardware()).iter for row in rows]
+        out.append(regret(pred, [1.0 / row.sample.iter_s for row in rows]))
+    return float(np.mean(out))
+
+
+def rubick(root: Path, fit_rows: int, verbose: bool, floor: bool) -> tuple[float, float]:
     print(f"{'model':<9}{'fit':>4}{'pred':>6}{'fit err':>9}{'MAPE':>8}{'max APE':>9}"
           + (f"{'all rows':>9}{'T_iter':>8}" if floor else "") + "  families")
     mapes = []
+    regrets = []
     floors: list[tuple[float, float]] = []
     for model in traces.MODELS:
         r = rubick_model(root, model, fit_rows)
@@ -244,18 +278,19 @@ def rubick(root: Path, fit_rows: int, verbose: bool, floor: bool) -> float:
                       f"predicted {pred:8.3f}  {100 * ape:5.1f}%")
         mape = float(np.mean(r.apes))
         mapes.append(mape)
+        regrets.append(rubick_regret(r))
         fams = sorted({family(c.sample.point) for c in r.chosen})
         low = ""
         if floor:  # the model form's reach: its in-sample error when fitted on every measured row
             floors.append(floor_mapes(r))
             low = f"{100 * floors[-1][0]:>8.1f}%{100 * floors[-1][1]:>7.1f}%"
         print(f"{model:<9}{len(r.chosen):>4}{len(r.test):>6}{100 * r.fit.mape:>8.1f}%{100 * mape:>7.1f}%"
-              f"{100 * max(r.apes):>8.1f}%{low}  {','.join(fams)}")
+              f"{100 * max(r.apes):>8.1f}%{low}  {','.join(fams)}  regret {regrets[-1]:.3f}")
     if floors:
         with_parts, bare = np.mean(floors, axis=0)
         print(f"fitted on every row (in-sample): mean {with_parts:.4f} with the parts, {bare:.4f} on "
               "iteration times alone")
-    return float(np.mean(mapes))
+    return float(np.mean(mapes)), float(np.mean(regrets))
 
 
 def main() -> None:
@@ -285,16 +320,19 @@ def main() -> None:
                          "describe the table at all (about two minutes)")
     args = ap.parse_args()
     if args.rubick:
-        mape = rubick(args.rubick, args.fit_rows or 8, args.verbose, args.floor)
+        mape, plan_regret = rubick(args.rubick, args.fit_rows or 8, args.verbose, args.floor)
         if args.orders:
             spread = rubick_orders(args.rubick, args.fit_rows or 8, args.orders)
             print(f"in {args.orders} other row orders: median {np.median(spread):.4f}, "
                   f"min {min(spread):.4f}, max {max(spread):.4f} (the files' order: {mape:.4f})")
+            mape = float(np.median(spread))  # the median over orders (issue 19)
+        print(f"plan_regret: {plan_regret:.4f}")
         print(f"perfmodel_mape: {mape:.4f}")
     elif args.measurements:
-        step, mem, feas = measurements(args.measurements, args.fit_rows or 3, args.precision,
+        step, mem, feas, plan_regret = measurements(args.measurements, args.fit_rows or 3, args.precision,
                                        args.device_mem_gib, use_parts=not args.no_parts,
                                        count_ckpt=args.peaks == "allocated")
+        print(f"plan_regret: {plan_regret:.4f}")
         print(f"perfmodel_mape: {step:.4f}")
         print(f"memory_mape: {mem:.4f}")
         print(f"feasibility_accuracy: {feas:.4f}")
