@@ -2,7 +2,8 @@
 
     tidal plan FILE.py --gpus N [--gpus-per-node G] [--gpu-mem-gib M] [--write-config OUT.json]
     tidal submit FILE.py [--wait]      submit the file's JobSpec to the scheduler actor
-    tidal status [JOB]                 jobs, states, plans, GPUs/nodes, samples/s, restarts
+    tidal status [JOB] [--watch [S]]   jobs, states, plans, GPUs/nodes, samples/s, restarts (live)
+    tidal start [--serve-checkpoint P] the control plane on this Ray cluster (cluster.yaml runs it)
     tidal events JOB                   the job's state changes, with why
     tidal cancel JOB                   in any state that has not ended (PROFILING included)
 
@@ -229,14 +230,50 @@ def _get(ref: Any) -> Any:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    import time
+
     from tidal.platform import sdk
 
     _join(log_to_driver=False)
     actor = sdk.connect()
-    rows = _get(actor.status.remote(args.job))
-    print(format_status(rows))
-    if not args.job:
-        print(format_pools(_get(actor.pools.remote())))
+    while True:
+        rows = _get(actor.status.remote(args.job))
+        table = format_status(rows)
+        if not args.job:
+            table += "\n" + format_pools(_get(actor.pools.remote()))
+        if args.watch is None:
+            print(table)
+            return 0
+        # a live table: clear the terminal and redraw every --watch seconds (Ctrl-C ends it)
+        head = time.strftime("%H:%M:%S  ") + f"every {args.watch:g} s"
+        sys.stdout.write(f"\x1b[H\x1b[2J{head}\n{table}\n")
+        sys.stdout.flush()
+        try:
+            time.sleep(args.watch)
+        except KeyboardInterrupt:
+            return 0
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    """Tidal's control plane on the cluster this machine belongs to (after `ray start`): the
+    scheduler actor (named, detached: it outlives this command), and with --serve-checkpoint the
+    GPT Serve application on the inference pool. Idempotent: an existing actor is reused."""
+    from tidal.platform import sdk
+
+    _join(log_to_driver=False)
+    actor = sdk.connect()
+    if _get(actor.ping.remote()) != "ok":
+        raise SystemExit("tidal: the scheduler actor did not answer")
+    print("tidal: scheduler running (actor 'tidal-scheduler' in namespace 'tidal')")
+    if args.serve_checkpoint:
+        from ray import serve
+
+        from tidal.serving.app import gpt_app
+
+        model = json.loads(args.serve_model) if args.serve_model else None
+        serve.run(gpt_app(checkpoint=args.serve_checkpoint, model=model), name="gpt", route_prefix="/gpt",
+                  blocking=False)
+        print("tidal: Serve application 'gpt' at /gpt")
     return 0
 
 
@@ -291,7 +328,13 @@ def main(argv: list[str] | None = None) -> int:
     s.set_defaults(func=cmd_submit)
     st = sub.add_parser("status", help="jobs and their states")
     st.add_argument("job", nargs="?", default=None)
+    st.add_argument("--watch", type=float, nargs="?", const=2.0, default=None, metavar="SECONDS",
+                    help="redraw the table every SECONDS (default 2) until Ctrl-C")
     st.set_defaults(func=cmd_status)
+    sp = sub.add_parser("start", help="start Tidal's control plane on this Ray cluster (after `ray start`)")
+    sp.add_argument("--serve-checkpoint", help="also serve the GPT of this Tidal checkpoint (Ray Serve)")
+    sp.add_argument("--serve-model", help="the served model's shape as JSON, e.g. '{\"d_model\": 64}'")
+    sp.set_defaults(func=cmd_start)
     ev = sub.add_parser("events", help="a job's state changes, with why")
     ev.add_argument("job")
     ev.set_defaults(func=cmd_events)

@@ -48,6 +48,7 @@ from typing import Any
 import ray
 
 from tidal.autoscaler.reclaim import Borrower, choose_reclaim
+from tidal.core.autoscale import node_request
 from tidal.core.controller import ActionRecord, reconcile_step
 from tidal.core.correction import Correction, CorrectionConfig, corrected, observe
 from tidal.core.policy import Allocation, JobView, Node, Option, PolicyConfig, Snapshot
@@ -95,6 +96,8 @@ class SchedulerConfig:
     release_grace_s: float = 20.0  # a stopped run's GPUs count as Tidal's this long (Ray frees them late)
     # each job's predictions corrected by its measured samples/s (None: the model as fitted)
     correction: CorrectionConfig | None = field(default_factory=CorrectionConfig)
+    # ask Ray's autoscaler for the nodes waiting jobs need (tidal.core.autoscale.node_request)
+    autoscale: bool = True
 
     def profiling(self) -> ProfileConfig:
         return ProfileConfig(samples=self.profile_samples, steps=self.profile_steps,
@@ -124,6 +127,9 @@ class Scheduler:
         self.loan_state: dict[str, Any] = {}
         self.specs: dict[str, JobSpec] = {}
         self.reasons: dict[str, str] = {}  # why a queued job waits, from the last decision
+        # the last node request sent (None: none yet, so the first decision replaces whatever a
+        # predecessor asked for)
+        self.node_request: tuple[dict[str, float], ...] | None = None
         self.observed: dict[str, float] = {}  # job → when its run's throughput was last observed
         self._incarnation = uuid.uuid4().hex  # this actor's life: a restart is another
         self._recover()
@@ -627,6 +633,7 @@ class Scheduler:
             decision = actions.decision
             if decision is not None:
                 self.reasons = dict(decision.reasons)
+                self._request_nodes(node_request(snapshot, decision))
             by_id = {r.job_id: r for r in recs}
             for jid in actions.stop:
                 r = by_id[jid]
@@ -645,6 +652,22 @@ class Scheduler:
                                       run_id=run_id, predicted_sps=opt.samples_per_s)
                 self._log_action("launch", jid, list(a.gpus_by_node), a.plan.short())
                 self._event(f"{jid} launched: {a.plan.short()} on {dict(a.gpus_by_node)}")
+
+    def _request_nodes(self, bundles: tuple[dict[str, float], ...]) -> None:
+        """Send the node request to Ray's autoscaler when it changes (`()` withdraws it)."""
+        if not self.cfg.autoscale or bundles == self.node_request:
+            return
+        from ray.autoscaler.sdk import request_resources
+
+        try:
+            request_resources(bundles=[dict(b) for b in bundles])
+        except Exception as e:  # no autoscaler to take it: nothing else to do
+            self._event(f"autoscaler request failed: {e}")
+            return
+        self.node_request = bundles
+        gpus = sum(b.get("GPU", 0.0) for b in bundles)
+        self._event(f"asked the autoscaler for {gpus:g} GPUs in {len(bundles)} bundles" if bundles
+                    else "withdrew the autoscaler request: nothing waits")
 
     def _log_action(self, kind: str, job_id: str, gpus: list[tuple[str, int]], plan: str) -> None:
         self.action_log.append((time.time(), kind, job_id, tuple(gpus), plan))

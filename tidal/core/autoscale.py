@@ -1,0 +1,44 @@
+"""What to ask Ray's node autoscaler for: a pure function of the policy's snapshot and decision.
+
+Ray's `ray.autoscaler.sdk.request_resources(bundles=...)` asks the autoscaler for a cluster
+that can hold the given bundles *at once*, on top of nothing (the request replaces the last
+one, and it is packed against node totals, not against what is free). So the request is the
+whole training demand when jobs wait:
+
+    request = one bundle {GPU: 1, CPU: c} per GPU that the decision allocates (what runs stays)
+            + one per GPU of the smallest option of every job that waits (its floor for a
+              guaranteed job), c = the option's CPUs per GPU
+
+and nothing (`()`, which withdraws the request) when no job waits. Idle nodes then scale down
+by the autoscaler's own idle timeout. Bundles on lent (inference) GPUs are not asked for: the
+inference pool is Serve's to size. The scheduler sends a request only when it changes.
+"""
+
+from __future__ import annotations
+
+from tidal.core.policy import Decision, Snapshot, guarantee_index
+
+Bundle = dict[str, float]
+
+
+def node_request(snapshot: Snapshot, decision: Decision) -> tuple[Bundle, ...]:
+    """The bundles to request (module docstring); `()` when nothing waits."""
+    waiting = [j for j in snapshot.jobs if j.job_id not in decision.allocations]
+    if not waiting:
+        return ()
+    lent = {n.node_id for n in snapshot.nodes if n.recallable}
+    by_id = {j.job_id: j for j in snapshot.jobs}
+    out: list[Bundle] = []
+    for jid, a in sorted(decision.allocations.items()):
+        opt = next(o for o in by_id[jid].options if o.gpus == a.gpus)
+        owned = sum(g for nid, g in a.gpus_by_node if nid not in lent)
+        out += [_bundle(opt.cpus_per_gpu)] * owned
+    for j in sorted(waiting, key=lambda j: (j.arrival, j.job_id)):
+        i = guarantee_index(j, snapshot.config.guarantee_margin)
+        opt = j.options[i if i is not None else 0]
+        out += [_bundle(opt.cpus_per_gpu)] * opt.gpus
+    return tuple(out)
+
+
+def _bundle(cpus: float) -> Bundle:
+    return {"GPU": 1.0, "CPU": float(cpus)} if cpus > 0 else {"GPU": 1.0}
