@@ -265,6 +265,9 @@ def cmd_start(args: argparse.Namespace) -> int:
     if _get(actor.ping.remote()) != "ok":
         raise SystemExit("tidal: the scheduler actor did not answer")
     print("tidal: scheduler running (actor 'tidal-scheduler' in namespace 'tidal')")
+    from tidal.platform.dashboard import write_dashboard
+
+    print(f"tidal: Grafana dashboard {write_dashboard()}")
     if args.serve_checkpoint:
         from ray import serve
 
