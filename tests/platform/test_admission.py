@@ -68,7 +68,7 @@ def test_submit_returns_at_once_and_submissions_profile_concurrently(scheduler: 
 
 
 def test_broken_jobs_are_refused_in_seconds_without_touching_a_running_job(scheduler: Any) -> None:
-    running = sdk.submit(tiny_gpt_spec(name="keeps-running", total_steps=5000, max_gpus=2),
+    running = sdk.submit(tiny_gpt_spec(name="keeps-running", total_steps=10**6, max_gpus=2),
                          config=None)
     wait(lambda: running.status()["state"] == "RUNNING" and running.status()["step"] > 0, "a job to run")
     before = running.status()

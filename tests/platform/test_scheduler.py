@@ -104,7 +104,7 @@ def test_reject_fail_and_cancel(scheduler: Any) -> None:
     with pytest.raises(SpecError, match="needs 8 GPUs, the cluster has 4"):  # unpickled as itself
         ray.get(scheduler.submit.remote(tiny_gpt_spec(name="too-big", min_gpus=8, max_gpus=8)))
     ok = sdk.JobHandle(ray.get(scheduler.submit.remote(
-        tiny_gpt_spec(name="keeps-going", total_steps=5000, max_gpus=2))), scheduler)
+        tiny_gpt_spec(name="keeps-going", total_steps=10**6, max_gpus=2))), scheduler)
     bad = sdk.JobHandle(ray.get(scheduler.submit.remote(
         tiny_gpt_spec(name="raises", total_steps=5000, max_gpus=2, loss=FailAfter(40)))), scheduler)
     final = bad.wait(timeout=400, poll_s=2)
