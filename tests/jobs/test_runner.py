@@ -21,16 +21,20 @@ def _res(plan: Plan) -> Resources:
 
 
 def test_reconfigured_run_reproduces_uninterrupted_loss_curve(ray_cluster: Any) -> None:
-    """30 steps on 2 workers in one go, and again as (dp=2, ZeRO-1) → (dp=1, ZeRO-3)
-    → (dp=2, ZeRO-2 + CPU optimizer offload) with reconfigurations at steps 10 and 20."""
+    """30 steps on 2 workers in one go, and again through every ZeRO stage on 2 workers and
+    world sizes 2 → 1 → 2: (dp=2, ZeRO-0) → (dp=2, ZeRO-1) → (dp=1, ZeRO-3) → (dp=2, ZeRO-3) →
+    (dp=2, ZeRO-2 + CPU optimizer offload, DeepSpeed's CPU Adam), reconfigured every 6 steps.
+    Each segment trains (its loss falls with the curve's)."""
     spec = tiny_gpt_spec(total_steps=30)
     whole = run(spec, Plan(dp=2, zero_stage=1, micro_batch=2, grad_accum=2),
                 _res(Plan(dp=2)))
     assert whole.finished and whole.final_step == 30 and len(whole.losses) == 30
 
     segments = [
-        (Plan(dp=2, zero_stage=1, micro_batch=2, grad_accum=2), 10),
-        (Plan(dp=1, zero_stage=3, micro_batch=4, grad_accum=2), 20),
+        (Plan(dp=2, zero_stage=0, micro_batch=4), 6),
+        (Plan(dp=2, zero_stage=1, micro_batch=2, grad_accum=2), 12),
+        (Plan(dp=1, zero_stage=3, micro_batch=4, grad_accum=2), 18),
+        (Plan(dp=2, zero_stage=3, micro_batch=2, grad_accum=2), 24),
         (Plan(dp=2, zero_stage=2, offload_optimizer=True, micro_batch=4, grad_accum=1), None),
     ]
     losses: list[float] = []
@@ -38,6 +42,7 @@ def test_reconfigured_run_reproduces_uninterrupted_loss_curve(ray_cluster: Any) 
     for plan, stop in segments:
         r = run(spec, plan, _res(plan), ckpt, stop_at_step=stop)
         assert r.start_step == (0 if ckpt is None else read_meta(ckpt)["step"])
+        assert all(m["plan"] == plan.short() for m in r.history)
         losses += r.losses
         ckpt = r.checkpoint
         assert ckpt is not None and read_meta(ckpt)["step"] == r.final_step
@@ -47,18 +52,6 @@ def test_reconfigured_run_reproduces_uninterrupted_loss_curve(ray_cluster: Any) 
     print(f"max relative loss difference over 30 steps: {max(rel):.2e}")
     assert max(rel) <= 1e-3, f"max relative difference {max(rel):.2e} at step {rel.index(max(rel))}"
     assert sum(losses[-5:]) / 5 < losses[0] - 0.5  # and it learned something
-
-
-@pytest.mark.parametrize("stage", [0, 1, 2, 3])
-def test_each_zero_stage_trains_on_two_workers(ray_cluster: Any, stage: int) -> None:
-    spec = tiny_gpt_spec(total_steps=15, lr=1e-2)
-    plan = Plan(dp=2, zero_stage=stage, micro_batch=2, grad_accum=2)
-    r = run(spec, plan, _res(plan))
-    assert r.finished and len(r.losses) == 15
-    assert all(m["plan"] == plan.short() for m in r.history)
-    first, last = r.losses[0], sum(r.losses[-3:]) / 3
-    assert last < first - 0.5, f"ZeRO-{stage}: loss {first:.3f} → {last:.3f}"
-    assert r.mean_samples_per_s() > 0
 
 
 def test_stop_at_next_step_boundary_with_checkpoint(ray_cluster: Any) -> None:

@@ -27,7 +27,8 @@ def _admission_s(scheduler: Any, job_id: str) -> float:
     return float(ev[1]["t"] - ev[0]["t"])
 
 
-def test_submit_returns_at_once_and_submissions_profile_concurrently(scheduler: Any) -> None:
+def test_submit_returns_at_once_and_submissions_profile_concurrently(scheduler_one_profile: Any) -> None:
+    scheduler = scheduler_one_profile
     tag = uuid.uuid4().hex[:6]  # names of their own: nothing is in the profile cache
 
     def spec(i: int) -> Any:
@@ -62,7 +63,7 @@ def test_submit_returns_at_once_and_submissions_profile_concurrently(scheduler: 
           f"{at_once[0]} profiles at once")
     finals = [h.wait(timeout=600, poll_s=2) for h in [one, *handles]]
     assert all(f["state"] == "SUCCEEDED" for f in finals), finals
-    # concurrently, not one after another: the cluster's 4 logical CPUs host two 2-worker profiles
+    # concurrently, not one after another: two or more profiles held reserved capacity at once
     assert at_once[0] >= 2, at_once
     assert ray.get(scheduler.job_events.remote(cancelled.job_id))[-1]["note"] == "cancelled while profiling"
 

@@ -63,7 +63,7 @@ def test_lent_gpus_go_back_to_serve_on_a_surge(ray_cluster: Any, inference_node:
                               loans=LoanConfig(replica_rps=1.0, interval_s=1.0, lead_s=5.0, window=10,
                                                min_replicas=0))
         scheduler = sdk.connect(cfg)
-        spec = tiny_gpt_spec(name="on-loan", total_steps=2400, max_gpus=4, checkpoint_every=40)
+        spec = tiny_gpt_spec(name="on-loan", total_steps=2400, max_gpus=4, checkpoint_every=100)
         options = tuple(Option(gpus=n, plan=Plan(dp=n, zero_stage=1, micro_batch=8 // n),
                                samples_per_s=100.0 * n) for n in (1, 2, 4))
         job = sdk.JobHandle(ray.get(scheduler.submit.remote(spec, options)), scheduler)
