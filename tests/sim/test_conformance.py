@@ -32,7 +32,7 @@ OPTIONS = {
     "B": tuple(Option(gpus=n, plan=Plan(dp=n, zero_stage=1, micro_batch=BATCH // n), samples_per_s=s,
                       cpus_per_gpu=1.0) for n, s in ((1, 100.0), (2, 190.0))),
 }
-STEPS = {"A": 2000, "B": 12}  # A outlives B by far on any machine (B: a run start + 12 steps)
+STEPS = {"A": 1000, "B": 12}  # A outlives B by far on any machine (B: a run start + 12 steps)
 
 
 class ScenarioWorld:
