@@ -132,7 +132,7 @@ class Allocation:
     gpus_by_node: tuple[tuple[str, int], ...]
     plan: Plan
 
-    @property
+    @cached_property
     def gpus(self) -> int:
         return sum(g for _, g in self.gpus_by_node)
 
@@ -244,7 +244,7 @@ def _choose_counts(jobs: list[JobView], capacity: int, fixed: Mapping[str, int |
     # jobs in arrival order
     order = sorted((j for j in jobs if j.job_id not in fixed),
                    key=lambda j: (j.guarantee is None and j.job_id not in kept,
-                                  current_index(j) is None, j.arrival, j.job_id))
+                                  j.current is None, j.arrival, j.job_id))
     floor: dict[str, int] = {}
     for j in order:  # phase 1: floors
         gi = guarantee_index(j, cfg.guarantee_margin)
@@ -318,10 +318,10 @@ def _knapsack_greedy(items: Items, capacity: int, owned: int | None = None,
     incs: list[tuple[float, int, int, int, int, float]] = []  # (−eff, item, step, choice, Δw, Δu)
     for k, (_, choices) in enumerate(items):
         hull: list[tuple[int, float, int]] = [(0, 0.0, -1)]
-        points = sorted((w, u, ci) for ci, (w, u, _) in enumerate(choices) if u > 0 and 0 < w <= capacity)
-        for w, u, ci in points:
-            if u <= hull[-1][1]:
-                continue  # more GPUs for no more value
+        # choices come in ascending GPU counts (options are; upgrades keep their order)
+        for ci, (w, u, _) in enumerate(choices):
+            if u <= hull[-1][1] or w <= hull[-1][0] or w > capacity:
+                continue  # more GPUs for no more value (or none to take)
             while len(hull) >= 2:
                 (w0, u0, _), (w1, u1, _) = hull[-2], hull[-1]
                 if (u1 - u0) * (w - w0) <= (u - u0) * (w1 - w0):  # hull[-1] lies under the chord
@@ -339,6 +339,8 @@ def _knapsack_greedy(items: Items, capacity: int, owned: int | None = None,
         closed: set[int] = set()
         used, value = 0, 0.0
         for _, k, _step, ci, dw, du in incs:
+            if used >= limit:
+                break  # full: nothing more fits
             if k in closed:
                 continue
             lent_added = max(0, used + dw - own) - max(0, used - own)
@@ -517,7 +519,7 @@ def decide(snapshot: Snapshot) -> Decision:
         new_choice, reasons = _choose_counts(jobs, capacity, {**frozen, **dict.fromkeys(unplaceable)},
                                              cfg, snapshot.now, lent=lent, risk=risk,
                                              kept={k: v for k, v in kept.items() if k not in unplaceable})
-        d = place(snapshot, new_choice, {**reasons, **unplaceable})
+        d = place(snapshot, new_choice, {**reasons, **unplaceable}, running=running)
         stuck = [jid for jid, i in new_choice.items()
                  if i is not None and jid not in d.allocations and jid not in frozen]
         if not stuck:
@@ -534,7 +536,8 @@ def _running(snapshot: Snapshot) -> list[JobView]:
 
 
 def place(snapshot: Snapshot, choice: Mapping[str, int | None],
-          reasons: Mapping[str, str] | None = None) -> Decision:
+          reasons: Mapping[str, str] | None = None,
+          running: list[JobView] | None = None) -> Decision:
     """Phase 4, for any choice of option per job (`decide`'s, or a baseline's in `tidal.sim`):
     unchanged running jobs keep their GPUs; the others are placed largest first (guaranteed
     jobs before best-effort ones), on one node when one has room, else over the fewest nodes,
@@ -542,7 +545,7 @@ def place(snapshot: Snapshot, choice: Mapping[str, int | None],
     jobs = sorted(snapshot.jobs, key=lambda j: (j.arrival, j.job_id))
     nodes = {n.node_id: n for n in snapshot.nodes}
     by_id = {j.job_id: j for j in jobs}
-    running_ids = {j.job_id for j in _running(snapshot)}
+    running_ids = {j.job_id for j in (_running(snapshot) if running is None else running)}
     reasons = dict(reasons or {})
     new_choice = {j.job_id: choice.get(j.job_id) for j in jobs}
     pool = _Pool(snapshot.nodes)
