@@ -32,7 +32,7 @@ def test_submit_returns_at_once_and_submissions_profile_concurrently(scheduler_o
     tag = uuid.uuid4().hex[:6]  # names of their own: nothing is in the profile cache
 
     def spec(i: int) -> Any:
-        return tiny_gpt_spec(name=f"adm-{tag}-{i}", total_steps=20, max_gpus=2, seed=i)
+        return tiny_gpt_spec(name=f"adm-{tag}-{i}", total_steps=20, max_gpus=1, seed=i)
 
     t = time.time()
     one = sdk.JobHandle(ray.get(scheduler.submit.remote(spec(0))), scheduler)
