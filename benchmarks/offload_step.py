@@ -17,33 +17,22 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from typing import Any
 
 import torch
 
 from tidal.jobs import Plan
+from tidal.jobs.ds_config import deepspeed_config
 from tidal.jobs.reference import shakespeare_gpt
 from tidal.jobs.spec import JobSpec
 from tidal.jobs.worker import build_engine, init_world_of_one
 
 
 def time_steps(spec: JobSpec, plan: Plan, torch_adam: bool, warmup: int, steps: int) -> tuple[str, float]:
-    import tidal.jobs.ds_config as ds_config
-    import tidal.jobs.worker as worker
-
-    render = ds_config.deepspeed_config
-
-    def with_torch_adam(s: JobSpec, p: Plan, device: Any = "cpu") -> dict[str, Any]:
-        cfg = render(s, p, device)
-        cfg["optimizer"]["params"]["torch_adam"] = True
-        cfg["zero_force_ds_cpu_optimizer"] = False
-        return cfg
-
-    worker.deepspeed_config = with_torch_adam if torch_adam else render  # type: ignore[assignment]
-    try:
-        engine = build_engine(spec, plan, torch.device("cpu"))
-    finally:
-        worker.deepspeed_config = render  # type: ignore[assignment]
+    config = deepspeed_config(spec, plan, "cpu")
+    if torch_adam:  # the optimizer Tidal ran under offload before
+        config["optimizer"]["params"]["torch_adam"] = True
+        config["zero_force_ds_cpu_optimizer"] = False
+    engine = build_engine(spec, plan, torch.device("cpu"), config)
     kind = type(engine.optimizer.optimizer).__name__
     data = spec.dataset()
     x, y = (t.unsqueeze(0) for t in data[0])

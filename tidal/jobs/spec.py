@@ -246,11 +246,9 @@ class JobSpec:
                 raise SpecError(f"JobSpec.{name}", f"must be callable, got {type(value).__name__}")
         if self.eval_dataset is not None and not callable(self.eval_dataset):
             raise SpecError("JobSpec.eval_dataset", "must be callable or None")
-        for name in ("global_batch", "total_steps", "min_gpus", "max_gpus", "checkpoint_every",
-                     "report_every"):
+        counts = ("global_batch", "total_steps", "min_gpus", "max_gpus", "checkpoint_every")
+        for name in counts + (("report_every",) if self.report_every is not None else ()):
             value = getattr(self, name)
-            if name == "report_every" and value is None:
-                continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise SpecError(f"JobSpec.{name}", f"must be an integer >= 1, got {value!r}")
         if self.min_gpus > self.max_gpus:

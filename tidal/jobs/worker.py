@@ -66,8 +66,10 @@ def step_seed(seed: int, step: int) -> int:
     return (seed * 1_000_003 + step * 7919 + 12345) % (2**63 - 1)
 
 
-def build_engine(spec: JobSpec, plan: Plan, device: torch.device) -> Any:
-    """A DeepSpeed engine for `plan`; every rank builds the same initial weights from `seed`."""
+def build_engine(spec: JobSpec, plan: Plan, device: torch.device,
+                 config: dict[str, Any] | None = None) -> Any:
+    """A DeepSpeed engine for `plan`; every rank builds the same initial weights from `seed`.
+    `config`: the DeepSpeed config, default `deepspeed_config` for the device."""
     import deepspeed
 
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
@@ -84,7 +86,7 @@ def build_engine(spec: JobSpec, plan: Plan, device: torch.device) -> Any:
     model.to(device)
     engine, *_ = deepspeed.initialize(
         model=model, model_parameters=model.parameters(),
-        config=deepspeed_config(spec, plan, "cuda" if device.type == "cuda" else "cpu")
+        config=config or deepspeed_config(spec, plan, "cuda" if device.type == "cuda" else "cpu")
     )
     return engine
 

@@ -625,6 +625,8 @@ class Scheduler:
             self._admit(recs, without(nodes, self._reservations()), ray_nodes)
             recs = [r for r in self.store.all() if r.state.scheduled]
             nodes = without(self._nodes(ray_nodes), self._reservations())
+            if not recs:
+                self._request_nodes(())  # nothing left to schedule: withdraw any node request
             if not recs or not nodes:
                 return
             snapshot = Snapshot(now=time.time(), nodes=tuple(nodes), jobs=tuple(self._views(recs)),
