@@ -53,8 +53,8 @@ def main() -> None:
     ap.add_argument("--d-model", type=int, default=768)
     ap.add_argument("--layers", type=int, default=12)
     ap.add_argument("--vocab", type=int, default=50257, help="GPT-2's: 124M parameters at the defaults")
-    ap.add_argument("--warmup", type=int, default=1)
-    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=7)
     args = ap.parse_args()
     init_world_of_one()
     spec = shakespeare_gpt(name="offload-step", seq_len=64, d_model=args.d_model, n_layer=args.layers,
