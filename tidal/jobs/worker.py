@@ -269,8 +269,11 @@ class _Loop:
         cfg = self.spec.autolrs
         assert cfg is not None
         saved = self.extra.get("autolrs")
+        # every rank runs the tuner (the same decisions from the same broadcast losses); rank 0
+        # alone mirrors the stages into the study file (two ranks creating it at once race:
+        # "table studies already exists")
         tuner = self.tuner = Tuner(cfg, seed=self.spec.seed, budget=self.spec.total_steps,
-                                   study_path=study_path,
+                                   study_path=study_path if self.rank == 0 else None,
                                    state=TunerState.from_dict(saved) if saved else None)
         while self.step < cfg.warmup_steps and self.compute < end:  # before the first stage
             lr = cfg.warmup(self.step)
