@@ -132,6 +132,9 @@ def gpt_app(*, checkpoint: str | None = None, model: dict[str, Any] | None = Non
                                "initial_replicas": max(1, min_replicas),
                                "target_ongoing_requests": target_ongoing(replica_rps, slo_s),
                                "upscale_delay_s": upscale_delay_s, "downscale_delay_s": downscale_delay_s,
-                               "look_back_period_s": 2.0,
+                               # replicas and handles push their request counts every
+                               # metrics_interval_s (Ray 2.60's default: 10 s, so a surge would
+                               # wait up to 10 s to be seen); the look-back must be longer
+                               "metrics_interval_s": 1.0, "look_back_period_s": 3.0,
                            })
     return dep.bind(checkpoint, dict(model or {}))  # type: ignore[attr-defined]
