@@ -1,126 +1,333 @@
-"""Tidal's local demo: one reconfigurable DeepSpeed job on a local Ray cluster.
+"""Tidal's demo: training and inference side by side on one Ray cluster.
 
-A tiny GPT learns Shakespeare on 2 (logical) GPUs; half-way through a phase the GPUs are
-"needed elsewhere": the run is asked to stop at the next step boundary, checkpoints, and
-continues on 1 GPU under another plan (ZeRO-3 + activation checkpointing); then it grows back
-to 2 GPUs with ZeRO-2 and CPU optimizer offload. The loss curve continues as if nothing
-happened, because the global batch and the data order do not depend on the plan.
+A local Ray cluster with two pools of logical GPUs (training: 4, inference: 4; node label
+`tidal.io/pool`) runs, for `--minutes`:
 
-Runs on an embedded local Ray cluster (4 logical GPUs on a CPU machine), or on the cluster at
-RAY_ADDRESS. Writes results/demo_loss.png and prints a summary.
+- a Ray Serve app (`tidal.serving.app`) with the repository's GPT, trained first by a short Tidal
+  job and loaded from its checkpoint, under the Azure LLM trace's arrivals replayed over HTTP,
+  time-scaled to the demo and under a diurnal envelope (quiet, a surge at 0.6 of the run, quieter again);
+- the scheduler actor, which profiles and plans three training jobs arriving over time (a small
+  GPT, a wider one that may grow to 4 GPUs, and one whose LR AutoLRS tunes), places and
+  reconfigures them, lends the inference GPUs Serve does not need and takes them back, by
+  shrinking the borrower at a checkpoint, when the surge comes.
 
-    make demo                      # set-up + this script
-    python examples/demo.py --steps 120
+It prints progress every few seconds, then a summary (per-job JCT, queueing and restarts, GPU
+utilisation per pool, lent GPU-seconds, serving p99 and SLO attainment) and writes
+`results/demo_timeline.png` (GPUs per job and pool over time, with the traffic and its p99),
+`results/demo_latency.png` and `results/demo_curves.png` (loss and LR per job).
+
+    make demo                                   # set-up + this script (about 8 minutes on 2 cores)
+    python examples/demo.py --minutes 10        # a longer run: longer jobs, a slower tide
+    python examples/demo.py --keep              # keep the cluster up afterwards for `ray job submit`
+
+With RAY_ADDRESS set it runs on that cluster instead (nodes labelled `tidal.io/pool=training` /
+`inference`, as `cluster.yaml` makes them), where the jobs use its GPUs.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
+# Ray Train's controller takes a checkpoint report per poll (default every 2 s); the demo's jobs
+# checkpoint every few seconds so that a reclaim loses little work
+os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
+import numpy as np
 import ray
 
-from tidal import Plan, Resources, RunResult, WarmupCosine, launch
-from tidal.jobs.checkpoint import TrainState
-from tidal.jobs.data import load_shakespeare
-from tidal.jobs.reference import evaluate, generate, load_model, shakespeare_gpt
+TRACE = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "azure-llm" / \
+    "AzureLLMInferenceTrace_conv.csv"
+SERVE_MODEL = dict(seq_len=32, d_model=64, n_layer=2, n_head=4)
+PORT = 8000
 
 
-def follow(handle, *, stop_after: int | None, label: str) -> RunResult:  # type: ignore[no-untyped-def]
-    """Print progress every few seconds; ask the run to stop once it reaches `stop_after`."""
-    last_print = 0.0
-    while not handle.done():
-        p = handle.progress()
-        if p and time.time() - last_print > 3:
-            print(f"  [{label}] step {p['step']:4d}  loss {p['loss']:.3f}  "
-                  f"{p['samples_per_s']:7.1f} samples/s  lr {p['lr']:.2e}", flush=True)
-            last_print = time.time()
-        if stop_after is not None and p and p["step"] >= stop_after:
-            handle.stop()
-            stop_after = None
-        time.sleep(0.25)
-    return handle.result()  # type: ignore[no-any-return]
+def start_cluster(train_gpus: int, infer_gpus: int) -> Any:
+    """The embedded cluster (two raylets on this machine, one per pool), or RAY_ADDRESS's."""
+    from tidal.serving.app import POOL_LABEL
+
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init(log_to_driver=False)
+        return None
+    from ray.cluster_utils import Cluster
+
+    os.environ.setdefault("TIDAL_STORAGE", tempfile.mkdtemp(prefix="tidal-demo-"))
+    # the raylets (and so `ray job submit`'s entrypoints) find this interpreter's `python` first
+    os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    # logical CPUs are a scheduling count here: enough for the workers, Serve and Train's actors
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 8, "num_gpus": train_gpus, "labels": {POOL_LABEL: "training"}})
+    cluster.add_node(num_cpus=6, num_gpus=infer_gpus, labels={POOL_LABEL: "inference"})
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, log_to_driver=False)
+    return cluster
+
+
+def pools() -> tuple[dict[str, str], dict[str, int]]:
+    """Each live node's pool, and the GPUs of each pool."""
+    from tidal.serving.app import POOL_LABEL
+
+    of_node, gpus = {}, {"training": 0, "inference": 0}
+    for n in ray.nodes():
+        if n["Alive"]:
+            pool = (n.get("Labels") or {}).get(POOL_LABEL, "training")
+            of_node[n["NodeID"]] = pool
+            gpus[pool] = gpus.get(pool, 0) + int(n["Resources"].get("GPU", 0))
+    return of_node, gpus
+
+
+def train_serving_model(steps: int) -> str:
+    """The model Serve runs: a short Tidal job on one GPU; its checkpoint's path."""
+    from tidal import Plan, Resources, run
+    from tidal.jobs.reference import shakespeare_gpt
+
+    spec = shakespeare_gpt(name="serve-model", global_batch=16, total_steps=steps, lr=3e-3,
+                           checkpoint_every=steps, **SERVE_MODEL)
+    r = run(spec, Plan(dp=1, zero_stage=0, micro_batch=16), Resources(num_workers=1, gpus_per_worker=1))
+    assert r.checkpoint is not None
+    print(f"  {steps} steps, loss {r.losses[0]:.2f} → {r.losses[-1]:.2f}, {r.wall_s:.0f} s", flush=True)
+    return r.checkpoint
+
+
+def job_specs(scale: float) -> list[tuple[float, Any]]:
+    """(arrival as a fraction of the demo, spec) of the three jobs; `scale` sets their lengths."""
+    from tidal import WarmupCosine
+    from tidal.jobs.reference import shakespeare_gpt
+
+    def steps(n: float) -> int:
+        return max(60, int(n * scale) // 10 * 10)
+
+    small, wide, tuned = steps(1200), steps(500), steps(1000)
+    gpt = dict(seq_len=64, n_head=4)
+    return [
+        (0.0, shakespeare_gpt(name="small", d_model=128, n_layer=2, global_batch=16, total_steps=small,
+                              min_gpus=1, max_gpus=2, checkpoint_every=100,
+                              lr=WarmupCosine(peak=3e-3, warmup=small // 20, total=small, floor=3e-4),
+                              **gpt)),
+        (0.1, shakespeare_gpt(name="wide", d_model=192, n_layer=4, global_batch=32, total_steps=wide,
+                              min_gpus=1, max_gpus=4, checkpoint_every=25,
+                              lr=WarmupCosine(peak=2e-3, warmup=wide // 20, total=wide, floor=2e-4), **gpt)),
+        (0.25, shakespeare_gpt(name="autolrs", d_model=128, n_layer=2, global_batch=16, total_steps=tuned,
+                               min_gpus=1, max_gpus=2, checkpoint_every=100, lr="autolrs", **gpt)),
+    ]
+
+
+def traffic_schedule(span_s: float, peak_rps: float, seed: int) -> tuple[np.ndarray, str]:
+    """Send times over the demo: the trace time-scaled to the span under a diurnal envelope whose
+    peak is at 0.6 of the span, thinned to `peak_rps` at the busiest 5 s."""
+    from tidal.serving.traffic import Envelope, poisson_arrivals, read_arrivals, thin_to_peak
+
+    if TRACE.exists():
+        arrivals, src = read_arrivals(TRACE), f"Azure LLM trace ({TRACE.name})"
+    else:  # a clean clone without ../shared: a Poisson stand-in at the trace's mean rate
+        arrivals, src = poisson_arrivals(19_365 / 3_600, 3_600, seed), "Poisson stand-in (no trace found)"
+    t = arrivals * (span_s / arrivals[-1])
+    env = Envelope(period_s=span_s, low=0.05, phase=-0.1)  # quiet at 0.1 of the span, busiest at 0.6
+    t = t[np.random.default_rng(seed).random(len(t)) < env(t)]
+    return thin_to_peak(t, peak_rps, seed=seed), src
+
+
+class Record:
+    """Everything the summary and the plots need, filled while the demo runs."""
+
+    def __init__(self) -> None:
+        self.t0 = time.time()
+        self.samples: list[Any] = []
+        self.sent: list[Any] = []
+        self.replay_t0 = 0.0
+        self.jobs: dict[str, Any] = {}  # name -> JobHandle
+
+    def now(self) -> float:
+        return time.time() - self.t0
+
+
+def progress_line(rec: Record, rows: list[dict[str, Any]], loans: dict[str, Any], serve_running: int,
+                  total_steps: dict[str, int]) -> str:
+    from tidal.serving.traffic import p99
+
+    parts = []
+    for r in rows:
+        s = rec.samples[-1].jobs.get(r["name"]) if rec.samples else None
+        where = f"{s.gpus['training']}+{s.gpus['inference']} lent" if s and s.gpus["inference"] else \
+            f"{r['gpus']} GPU"
+        parts.append(f"{r['name']} {r['state'][:7]:<7} {where:<9} {r['step']:>4}/{total_steps[r['name']]}")
+    recent = [s for s in rec.sent if s.at + rec.replay_t0 > rec.now() - 10]
+    lat = [s.latency_s for s in recent if s.status == 200]
+    serve = (f"serve {serve_running} replicas (lendable {loans.get('lendable', '-')}), "
+             f"{len(recent) / 10:.1f} req/s, p99 {p99(lat) * 1000:.0f} ms" if recent else
+             f"serve {serve_running} replicas")
+    return f"t={rec.now():5.0f}s  " + " | ".join(parts) + f" | {serve}"
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=90)
+    ap.add_argument("--minutes", type=float, default=5.0,
+                    help="length of the traffic replay (the jobs scale)")
+    ap.add_argument("--peak-rps", type=float, default=12.0, help="requests/s at the surge's busiest 5 s")
     ap.add_argument("--out", type=Path, default=Path("results"))
+    ap.add_argument("--keep", action="store_true", help="keep the local cluster up for `ray job submit`")
+    ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
+    if not 1 <= args.minutes <= 600:
+        raise SystemExit(f"demo: --minutes must lie in [1, 600], got {args.minutes}")
+    if not 0 < args.peak_rps <= 1000:
+        raise SystemExit(f"demo: --peak-rps must lie in (0, 1000], got {args.peak_rps}")
     args.out.mkdir(parents=True, exist_ok=True)
 
-    if os.environ.get("RAY_ADDRESS"):
-        ray.init()
-    else:
-        ray.init(num_cpus=4, num_gpus=4, log_to_driver=False)
-    print(f"Ray cluster: {ray.cluster_resources()}")
+    from ray import serve
 
-    steps = args.steps
-    spec = shakespeare_gpt(total_steps=steps, checkpoint_every=max(10, steps // 3),
-                           lr=WarmupCosine(peak=3e-3, warmup=steps // 10, total=steps, floor=3e-4))
-    phases = [
-        ("2 GPUs", Plan(dp=2, zero_stage=1, micro_batch=8, grad_accum=2), steps // 3),
-        ("1 GPU", Plan(dp=1, zero_stage=3, activation_checkpointing=True, micro_batch=16,
-                       grad_accum=2), 2 * steps // 3),
-        ("2 GPUs", Plan(dp=2, zero_stage=2, offload_optimizer=True, micro_batch=16), None),
-    ]
-    t0 = time.time()
-    results: list[RunResult] = []
-    ckpt = None
-    for label, plan, stop_after in phases:
-        print(f"\n== {label}: plan {plan.short()} from step {results[-1].final_step if results else 0}")
-        handle = launch(spec, plan, Resources(num_workers=plan.dp, gpus_per_worker=1), ckpt)
-        r = follow(handle, stop_after=stop_after, label=plan.short())
-        results.append(r)
-        ckpt = r.checkpoint
-        if r.finished:
-            break
-    total_s = time.time() - t0
-    assert ckpt is not None
+    from tidal.platform import sdk
+    from tidal.platform.cli import format_pools
+    from tidal.platform.scheduler import SchedulerConfig
+    from tidal.platform.timeline import (
+        job_story,
+        lent_gpu_seconds,
+        longest_serve_wait,
+        plot_curves,
+        plot_latency,
+        plot_timeline,
+        sample_of,
+        serving_stats,
+        utilisation,
+    )
+    from tidal.serving.app import SLO_P99_S, gpt_app
+    from tidal.serving.demand import replicas_running, replicas_wanted
+    from tidal.serving.traffic import replay
 
-    state = TrainState.load(ckpt)
-    model = load_model(spec, state.params)
-    val = evaluate(spec, model)
-    sample = generate(model, load_shakespeare(), "ROMEO.\n", 160)
+    span = args.minutes * 60.0
+    print("== starting a local Ray cluster: training pool 4 GPUs, inference pool 4 GPUs (logical)",
+          flush=True)
+    cluster = start_cluster(4, 4)
+    of_node, pool_gpus = pools()
+    print(f"   pools: {pool_gpus}; Ray dashboard: http://{cluster.webui_url if cluster else '<head>:8265'}")
+    scheduler = None
+    try:
+        print("== training the model Serve will run (a short Tidal job)", flush=True)
+        ckpt = train_serving_model(120)
 
-    hist = [m for r in results for m in r.history]
-    fig, ax = plt.subplots(figsize=(9, 4.5))
-    colors = ["tab:blue", "tab:orange", "tab:green"]
-    for r, c in zip(results, colors, strict=False):
-        ax.plot([m["step"] for m in r.history], r.losses, color=c, label=r.plan.short())
-    ax.set_xlabel("optimizer step")
-    ax.set_ylabel("training loss (global batch mean)")
-    ax.set_title(f"{spec.name}: one job, {len(results)} plans, val loss {val:.3f}")
-    ax2 = ax.twinx()
-    ax2.plot([m["step"] for m in hist], [m["lr"] for m in hist], color="gray", ls=":", label="lr")
-    ax2.set_ylabel("learning rate")
-    ax.legend(loc="upper right")
-    fig.tight_layout()
-    png = args.out / "demo_loss.png"
-    fig.savefig(png, dpi=120)
+        print("== starting Serve (app 'gpt' at /gpt, replicas on the inference pool) and the scheduler")
+        serve.start(http_options={"host": "127.0.0.1", "port": PORT})
+        serve.run(gpt_app(checkpoint=ckpt, model=SERVE_MODEL, min_replicas=1,
+                          max_replicas=pool_gpus["inference"], upscale_delay_s=2.0, downscale_delay_s=30.0),
+                  name="gpt", route_prefix="/gpt")
+        state_dir = Path(os.environ.get("TIDAL_STORAGE", tempfile.mkdtemp(prefix="tidal-demo-")))
+        # one profile per job (each is a fresh process building a DeepSpeed engine: ~20 s here)
+        cfg = SchedulerConfig(state_path=str(state_dir / "demo.sqlite"), cpus_per_worker=0.5,
+                              profile_samples=1)
+        scheduler = sdk.connect(cfg)
 
-    print("\n=== Tidal demo summary ===")
-    print(f"{'plan':<22}{'GPUs':>5}{'steps':>12}{'samples/s':>11}{'wall s':>8}")
-    for r in results:
-        print(f"{r.plan.short():<22}{r.plan.dp:>5}{r.start_step:>5} → {r.final_step:<4}"
-              f"{r.mean_samples_per_s():>11.1f}{r.wall_s:>8.1f}")
-    print(f"loss {hist[0]['loss']:.3f} → {hist[-1]['loss']:.3f} over {len(hist)} steps; "
-          f"held-out loss {val:.3f}; total {total_s:.0f} s")
-    print(f"final checkpoint: {ckpt}")
-    print(f"plot: {png}")
-    print(f"sample:\n{sample}")
-    ray.shutdown()
-    ok = results[-1].finished and hist[-1]["loss"] < hist[0]["loss"]
-    return 0 if ok else 1
+        schedule, src = traffic_schedule(span, args.peak_rps, args.seed)
+        print(f"== traffic: {len(schedule)} requests over {span:.0f} s from the {src}, "
+              f"peak {args.peak_rps:g} req/s at {0.6 * span:.0f} s; SLO p99 {SLO_P99_S * 1000:.0f} ms")
+        rec = Record()
+        url = f"http://127.0.0.1:{PORT}/gpt"
+        prompts = ["ROMEO.\n", "To be, or not", "KING HENRY.\n", "O, ", "Enter "]
+
+        def body(i: int) -> dict[str, Any]:
+            return {"prompt": prompts[i % len(prompts)], "max_new_tokens": 16, "seed": i}
+
+        def traffic() -> None:
+            rec.replay_t0 = rec.now()
+            replay(url, schedule, body, max_s=span, concurrency=48, timeout_s=60, on_sent=rec.sent.append)
+
+        replayer = threading.Thread(target=traffic, daemon=True)
+        replayer.start()
+
+        arrivals = sorted(job_specs(args.minutes / 5.0), key=lambda a: a[0])
+        total_steps = {spec.name: spec.total_steps for _, spec in arrivals}
+        deadline = span * 2.0 + 120.0
+        last_print = 0.0
+        while True:
+            while arrivals and rec.now() >= arrivals[0][0] * span:
+                _, spec = arrivals.pop(0)
+                rec.jobs[spec.name] = sdk.submit(spec)
+                print(f"t={rec.now():5.0f}s  submitted {spec.name} ({rec.jobs[spec.name].job_id}): "
+                      f"{spec.total_steps} steps, {spec.min_gpus}-{spec.max_gpus} GPUs"
+                      + (", LR by AutoLRS" if spec.autolrs else ""), flush=True)
+            rows = ray.get(scheduler.status.remote())
+            loans = ray.get(scheduler.pools.remote())
+            st = serve.status()
+            rec.samples.append(sample_of(rec.now(), rows, of_node, loans, replicas_running(st),
+                                         replicas_wanted(st)))
+            if time.time() - last_print >= 5:
+                print(progress_line(rec, rows, loans, replicas_running(st), total_steps), flush=True)
+                last_print = time.time()
+            done = not arrivals and rows and all(r["state"] in sdk.TERMINAL for r in rows)
+            if done and not replayer.is_alive():
+                break
+            if rec.now() > deadline:
+                print(f"t={rec.now():5.0f}s  deadline: cancelling what has not ended", flush=True)
+                for h in rec.jobs.values():
+                    h.cancel()
+                break
+            time.sleep(1.0)
+        replayer.join(timeout=90)
+
+        # the record → summary and plots
+        stories = [job_story(name, ray.get(scheduler.job_events.remote(h.job_id)), rec.t0)
+                   for name, h in rec.jobs.items()]
+        final = {name: h.status() for name, h in rec.jobs.items()}
+        curves = {name: h.logs() for name, h in rec.jobs.items()}
+        slo = serving_stats(rec.sent, SLO_P99_S)
+        util = utilisation(rec.samples, pool_gpus)
+        lent = lent_gpu_seconds(rec.samples)
+        plot_timeline(rec.samples, stories, pool_gpus, rec.sent, SLO_P99_S, args.out / "demo_timeline.png")
+        plot_latency(rec.sent, SLO_P99_S, args.out / "demo_latency.png", offset_s=rec.replay_t0)
+        plot_curves(curves, args.out / "demo_curves.png")
+
+        print("\n=== Tidal demo summary ===")
+        print(f"{'job':<9}{'state':<11}{'arrived':>8}{'queued':>8}{'JCT':>8}{'restarts':>9}"
+              f"{'reclaims':>9}  {'loss':<14}plans")
+        for s in stories:
+            f, hist = final[s.name], curves[s.name]
+            plans = sorted({str(m.get("plan")) for m in hist if m.get("plan")})
+            loss = f"{hist[0]['loss']:.2f} → {hist[-1]['loss']:.2f}" if hist else "-"
+            fmt = (lambda x: f"{x:7.0f}s" if x is not None else "       -")  # noqa: E731
+            print(f"{s.name:<9}{f['state']:<11}{s.submitted:7.0f}s{fmt(s.queued)}{fmt(s.jct)}"
+                  f"{f['restarts']:>9}{sum(m.what == 'reclaim' for m in s.markers):>9}  {loss:<14}"
+                  f"{len(plans)}: {', '.join(plans)}")
+        print(f"GPU utilisation: training pool {util['training']:.0%}, inference pool "
+              f"{util['inference']:.0%} (Serve's replicas + GPUs lent to training), over "
+              f"{rec.samples[-1].t - rec.samples[0].t:.0f} s")
+        print(f"lent to training: {lent:.0f} GPU-seconds; Serve's longest wait for wanted replicas: "
+              f"{longest_serve_wait(rec.samples):.0f} s")
+        print(f"now: {format_pools(ray.get(scheduler.pools.remote()))}")
+        print(f"serving: {slo.requests} requests, {slo.failed} failed, p50 {slo.p50_s * 1000:.0f} ms, "
+              f"p99 {slo.p99_s * 1000:.0f} ms; {slo.slo_attainment:.1%} within the "
+              f"{slo.slo_s * 1000:.0f} ms SLO")
+        print(f"plots: {args.out / 'demo_timeline.png'}, {args.out / 'demo_latency.png'}, "
+              f"{args.out / 'demo_curves.png'}")
+        ok = all(f["state"] == "SUCCEEDED" for f in final.values()) and slo.failed == 0
+        if args.keep and cluster is not None:
+            print("\nThe cluster stays up (Ctrl-C ends it). From another shell in this directory:\n"
+                  f"  export RAY_ADDRESS={cluster.address} RAY_AUTH_MODE=token\n"
+                  f"  .venv/bin/ray job submit --address http://{cluster.webui_url} --working-dir . "
+                  "-- python examples/submit_job.py 60\n"
+                  "  .venv/bin/tidal status --watch", flush=True)
+            signal.signal(signal.SIGTERM, signal.default_int_handler)  # `kill` ends it like Ctrl-C
+            try:
+                while True:
+                    time.sleep(3600)
+            except KeyboardInterrupt:
+                pass
+        return 0 if ok else 1
+    finally:
+        if cluster is not None:  # the embedded cluster goes; a real cluster keeps Serve and the scheduler
+            serve.shutdown()
+            if scheduler is not None:
+                ray.kill(scheduler, no_restart=True)
+        ray.shutdown()
+        if cluster is not None:
+            cluster.shutdown()
 
 
 if __name__ == "__main__":

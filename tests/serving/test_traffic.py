@@ -7,7 +7,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tidal.serving.traffic import Envelope, check_loopback, demand_series, read_arrivals, replay_schedule
+from tidal.serving.traffic import (
+    Envelope,
+    check_loopback,
+    demand_series,
+    poisson_arrivals,
+    read_arrivals,
+    replay_schedule,
+    thin_to_peak,
+)
 
 AZURE = (Path(__file__).resolve().parents[3] / "shared" / "traces" / "azure-llm"
          / "AzureLLMInferenceTrace_conv.csv")
@@ -22,6 +30,16 @@ def test_arrivals_and_demand() -> None:
     assert rates[:30].mean() < 0.5 * rates[270:330].mean()  # the trough at the start, the peak mid-span
     sched = replay_schedule(t, speedup=10.0, envelope=env, max_requests=100)
     assert len(sched) == 100 and np.all(np.diff(sched) >= 0)
+
+
+def test_thinning_to_a_peak_rate_keeps_the_shape() -> None:
+    t = poisson_arrivals(20.0, 600.0, seed=1)
+    assert t.min() >= 0 and t.max() < 600 and abs(len(t) - 12_000) < 500
+    thin = thin_to_peak(t, 5.0, window_s=5.0, seed=2)
+    peak = np.bincount((thin // 5.0).astype(int)).max() / 5.0
+    assert 3.5 < peak <= 7.5 and set(thin) <= set(t)
+    assert len(thin_to_peak(t, 1e6)) == len(t)  # never more requests than given
+    assert len(thin_to_peak(t[:0], 5.0)) == 0
 
 
 def test_envelope_range() -> None:

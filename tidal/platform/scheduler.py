@@ -194,7 +194,8 @@ class Scheduler:
             "total_steps": spec.total_steps, "eta_s": eta, "reason": reason,
             "job_id": r.job_id, "name": r.name, "state": r.state.value,
             "plan": Plan.from_dict(r.plan).short() if r.plan else "",
-            "gpus": gpus, "nodes": nodes, "predicted_sps": r.predicted_sps, "measured_sps": sps,
+            "gpus": gpus, "nodes": nodes, "allocation": [[n, int(g)] for n, g in r.allocation or []]
+            if running else [], "predicted_sps": r.predicted_sps, "measured_sps": sps,
             "step": step, "restarts": r.restarts, "error": r.error, "checkpoint": r.checkpoint,
         }
 

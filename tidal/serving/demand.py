@@ -26,6 +26,14 @@ def replicas_wanted(status: Any) -> int:
     return total
 
 
+def replicas_running(status: Any) -> int:
+    """Replicas RUNNING (serving requests) over every application and deployment."""
+    return sum(int(n) for app in (getattr(status, "applications", None) or {}).values()
+               for dep in (getattr(app, "deployments", None) or {}).values()
+               for s, n in (getattr(dep, "replica_states", None) or {}).items()
+               if str(getattr(s, "value", s)) == "RUNNING")
+
+
 def serve_running() -> bool:
     import ray
     from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE

@@ -95,6 +95,24 @@ def replay_schedule(arrivals: np.ndarray, *, speedup: float, envelope: Envelope 
     return t[:max_requests] if max_requests is not None else t
 
 
+def thin_to_peak(schedule: np.ndarray, peak_rps: float, *, window_s: float = 5.0,
+                 seed: int = 0) -> np.ndarray:
+    """The schedule with each request kept with one probability (seeded), chosen so that its
+    busiest `window_s` window has about `peak_rps` requests/s (never more requests than given)."""
+    if len(schedule) == 0:
+        return schedule
+    counts = np.bincount((np.asarray(schedule) // window_s).astype(int))
+    keep = min(1.0, peak_rps * window_s / counts.max())
+    return schedule[np.random.default_rng(seed).random(len(schedule)) < keep]
+
+
+def poisson_arrivals(rate: float, span_s: float, seed: int = 0) -> np.ndarray:
+    """A seeded Poisson process of `rate` requests/s over [0, span_s) (a stand-in trace)."""
+    rng = np.random.default_rng(seed)
+    t = np.cumsum(rng.exponential(1.0 / rate, size=int(rate * span_s * 1.5) + 10))
+    return t[t < span_s]
+
+
 @dataclass(frozen=True, kw_only=True)
 class Sent:
     at: float  # seconds from the replay's start (scheduled)
