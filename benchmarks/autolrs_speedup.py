@@ -1,20 +1,29 @@
-"""AutoLRS against tuned constant and cosine schedules on the tiny Shakespeare GPT.
+"""AutoLRS against a published recipe and against tuned schedules on the tiny Shakespeare GPT.
 
 Every method trains the same model from the same seed on the same data order with the same
 global batch, in this process (one DeepSpeed engine, ZeRO-0, world of one) through the job's own
 training loop (`tidal.jobs.worker.run_loop`), so AutoLRS's probes run exactly as in a job.
 
+    recipe     nanoGPT's Shakespeare-character recipe, the schedule a user would copy: AdamW with
+               β2 = 0.99, peak LR 1e-3, linear warm-up over the first 2% of the steps, cosine
+               decay to 1e-4 at the final step (`--steps` steps)
     baselines  constant LR and warm-up + cosine, each at every peak LR of a small grid, for
-               `--steps` optimizer steps
+               `--steps` optimizer steps (the tuning a user would otherwise run)
     target     the validation loss the best baseline reaches at its final step
     AutoLRS    the grid's LR range, the cosine's warm-up length, and up to `--autolrs-budget`
                (default 2) × the baselines' compute steps, its probe steps included
 
 Prints the steps each method needs to reach the target (validation loss evaluated every
 `--eval-every` steps; AutoLRS's steps count its probes), the data steps AutoLRS needs (what its
-schedule would be worth if probes were free: a bound on the speedup) and, last,
-`autolrs_speedup: X` = best baseline's steps ÷ AutoLRS's steps. Writes `results/autolrs.png`
-(loss and LR against compute steps) and `results/autolrs.json`.
+schedule would be worth if probes were free: a bound on the speedup), its losing probe steps as
+a share of the tuned run's, and three yardsticks:
+
+    autolrs_speedup_vs_recipe  steps the recipe needs to reach its own final validation loss
+                               ÷ AutoLRS's compute steps to that loss (the AutoLRS paper's protocol)
+    tuning_compute_ratio       every step the grid spent ÷ AutoLRS's compute steps to the target
+    autolrs_vs_tuned           best baseline's steps ÷ AutoLRS's compute steps to the target (last)
+
+Writes `results/autolrs.png` (loss and LR against compute steps) and `results/autolrs.json`.
 """
 
 from __future__ import annotations
@@ -63,9 +72,9 @@ class _Recorder(LoopHooks):
 
 
 def train(label: str, lr: float | LRSchedule | AutoLRS, steps: int, every: int,
-          model_size: dict[str, int]) -> list[dict[str, Any]]:
+          model_size: dict[str, int], **spec_fields: Any) -> list[dict[str, Any]]:
     spec = shakespeare_gpt(name="autolrs-bench", total_steps=steps, global_batch=32, max_gpus=1,
-                           lr=lr, checkpoint_every=10**9, report_every=10**9, **model_size)
+                           lr=lr, checkpoint_every=10**9, report_every=10**9, **model_size, **spec_fields)
     plan = Plan(dp=1, zero_stage=0, micro_batch=32, grad_accum=1)
     engine = build_engine(spec, plan, torch.device("cpu"))
     rec = _Recorder(spec, every, label)
@@ -97,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     n, every = args.steps, args.eval_every
     runs: dict[str, list[dict[str, Any]]] = {}
     t0 = time.time()
+    recipe = WarmupCosine(peak=1e-3, warmup=max(1, round(0.02 * n)), total=n, floor=1e-4)
+    recipe_rows = train("recipe (nanoGPT)", recipe, n, every, size, betas=(0.9, 0.99))
     for peak in args.grid:
         runs[f"constant {peak:g}"] = train(f"constant {peak:g}", constant(peak), n, every, size)
         cos = WarmupCosine(peak=peak, warmup=max(1, n // 20), total=n, floor=peak / 100)
@@ -122,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{k:<18}{final:>10.4f}{('-' if math.isinf(s) else int(s)):>17}")
     auto = runs["autolrs"]
     probes = auto[-1]["probe_steps"]
-    print(f"\nautolrs: {probes} of its {auto[-1]['compute_steps']} compute steps were losing probes")
+    print(f"\nautolrs: {probes} of its {auto[-1]['compute_steps']} compute steps were losing probes "
+          f"({probes / n:.0%} of the tuned run's {n} steps)")
     baseline_steps = min(s for k, s in reached.items() if k != "autolrs")
     # What the schedule alone is worth: the data steps AutoLRS needs, as if probes were free.
     # The speedup can never exceed this bound, whatever the probes cost.
@@ -131,16 +143,31 @@ def main(argv: list[str] | None = None) -> int:
     print(f"autolrs reaches the target after {'-' if math.isinf(data_steps) else int(data_steps)} data "
           f"steps (probes not counted): speedup with free probes {bound:.3f}")
     speedup = baseline_steps / reached["autolrs"] if not math.isinf(reached["autolrs"]) else 0.0
+    recipe_final = next(r["val_loss"] for r in reversed(recipe_rows) if r.get("val_loss") is not None)
+    recipe_steps = steps_to(recipe_rows, recipe_final)
+    auto_to_recipe = steps_to(auto, recipe_final)
+    vs_recipe = recipe_steps / auto_to_recipe if not math.isinf(auto_to_recipe) else 0.0
+    print(f"recipe: final validation loss {recipe_final:.4f}, first reached at step {int(recipe_steps)}; "
+          f"autolrs reaches it after {'-' if math.isinf(auto_to_recipe) else int(auto_to_recipe)} "
+          "compute steps")
+    grid_steps = sum(r[-1]["compute_steps"] for k, r in runs.items() if k != "autolrs")
+    tuning = grid_steps / reached["autolrs"] if not math.isinf(reached["autolrs"]) else 0.0
+    print(f"the grid spent {grid_steps} steps ({len(runs) - 1} runs) to find the target AutoLRS reaches in "
+          f"{'-' if math.isinf(reached['autolrs']) else int(reached['autolrs'])}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     best_const = min((k for k in runs if k.startswith("constant")), key=lambda k: finals[k])
     best_cos = min((k for k in runs if k.startswith("cosine")), key=lambda k: finals[k])
-    plot_schedule({k: runs[k] for k in (best_const, best_cos, "autolrs")}, out / "autolrs.png",
-                  target=target)
+    shown = {"recipe (nanoGPT)": recipe_rows, **{k: runs[k] for k in (best_const, best_cos, "autolrs")}}
+    plot_schedule(shown, out / "autolrs.png", target=target)
     (out / "autolrs.json").write_text(json.dumps({"target": target, "best_baseline": best,
-                                                  "steps_to_target": reached, "runs": runs}, default=str))
+                                                  "steps_to_target": reached, "recipe_final": recipe_final,
+                                                  "recipe_steps": recipe_steps, "runs": runs,
+                                                  "recipe": recipe_rows}, default=str))
     print(f"wrote {out / 'autolrs.png'}")
-    print(f"autolrs_speedup: {speedup:.3f}")
+    print(f"autolrs_speedup_vs_recipe: {vs_recipe:.3f}")
+    print(f"tuning_compute_ratio: {tuning:.3f}")
+    print(f"autolrs_vs_tuned: {speedup:.3f}")
     return 0
 
 

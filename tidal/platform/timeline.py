@@ -91,10 +91,8 @@ def longest_serve_wait(samples: Sequence[Sample]) -> float:
     for s in samples:
         if since is not None:
             longest = max(longest, s.t - since)
-        if s.serve_wanted > s.serve_running:
-            since = s.t if since is None else since
-        else:
-            since = None
+        unmet = s.serve_wanted > s.serve_running
+        since = (s.t if since is None else since) if unmet else None
     return longest
 
 
