@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -85,6 +86,33 @@ def test_tuner_stays_within_budget_prefers_good_lrs_and_is_deterministic() -> No
         assert 1e-3 <= h["lr"] <= 1e-2, h  # the forecast ranks by the curve's LR penalty
     b = Tuner(cfg, seed=3, budget=600)
     assert _drive(b, curve)[0] == hist  # same state, same proposals
+
+
+def test_the_adaptive_search_spends_fewer_probes_and_starts_from_the_last_winner() -> None:
+    def curve(lr: float, position: int, i: int) -> float:  # best LR 3e-3 at every stage
+        return 2.0 + 0.5 * math.log10(lr / 3e-3) ** 2 + 1.0 / (1 + 0.01 * (position + i))
+
+    base = dict(lr_min=1e-4, lr_max=1e-1, trials=6, startup_trials=3, first_stage=40, probe_fraction=0.1,
+                min_probe=4)
+    full = Tuner(AutoLRS(**base, min_trials=0, reuse_winner=False), seed=3, budget=1200)
+    full_hist, _ = _drive(full, curve)
+    adaptive = Tuner(AutoLRS(**base), seed=3, budget=1200)
+    hist, compute = _drive(adaptive, curve)
+    assert compute <= 1200 and len(hist) >= 3
+    assert all(len(h["trials"]) == 6 for h in full_hist)
+    assert all(len(h["trials"]) <= 6 for h in hist) and any(len(h["trials"]) < 6 for h in hist)
+    for prev, h in pairwise(hist):
+        assert h["trials"][0][0] == prev["lr"]  # the last winner is the first candidate
+    # the stages both ran (the probes the adaptive search saved bought it a further stage)
+    losing = lambda hs: sum((len(h["trials"]) - 1) * h["probe_len"] for h in hs[:4])  # noqa: E731
+    assert [h["tau"] for h in hist[:4]] == [h["tau"] for h in full_hist[:4]]
+    assert losing(hist) < 0.5 * losing(full_hist)
+    for h in hist:
+        assert 1e-3 <= h["lr"] <= 1e-2, h
+    # a stage with no winner to start from tries its random start-up candidates and one more
+    assert len(hist[0]["trials"]) >= 4
+    with pytest.raises(ValueError, match=r"AutoLRS\.min_trials"):
+        AutoLRS(trials=4, min_trials=5)
 
 
 def test_a_resumed_tuner_asks_what_the_original_would() -> None:

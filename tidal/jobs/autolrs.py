@@ -16,10 +16,12 @@ restoring the start and re-running it, since the steps are deterministic) and tr
 of the stage with it. τ grows geometrically (τ_{n+1} = growth·τ_n, at most `max_stage`): the
 LR needs re-tuning often early on, rarely later.
 
-**Cost.** Every probe step is real training compute. The steps of the k−1 losing probes are
-overhead; they are counted in `compute_steps`, which every metrics row carries and which the
-job's budget (`JobSpec.total_steps`) is measured in. The data position `step` counts only
-steps that became part of the trained model.
+**Cost.** Every probe step is real training compute. The steps of the losing probes are
+overhead (k−1 of them when a stage tries all k; fewer with the adaptive search: the previous
+winner goes first, and the search stops at the first trial that no longer improves the best
+forecast once `min_trials` are done); they are counted in `compute_steps`, which every metrics
+row carries and which the job's budget (`JobSpec.total_steps`) is measured in. The data
+position `step` counts only steps that became part of the trained model.
 
 **Where the decisions are made.** The tuner's logic here is deterministic given its state,
 and its state (`TunerState`) lives in every checkpoint's `extra`, so a job stopped in the
@@ -54,6 +56,13 @@ class AutoLRS:
                     the range) before the first stage. Adam at a large LR from random weights
                     does lasting damage a few probe steps cannot see (the reference AutoLRS
                     takes a warm-up from its user too).
+    reuse_winner:   the previous stage's winner is the next stage's first candidate (a good LR
+                    rarely moves far between stages; it is the one to beat).
+    min_trials, tolerance: an adaptive number of trials. After `min_trials` trials (after
+                    `startup_trials + 1` in a stage with no previous winner to start from), the
+                    search ends as soon as a trial fails to improve the stage's best forecast by
+                    more than `tolerance` (relative): the search has stopped finding better LRs,
+                    and every further probe would be a losing one. 0: always `trials` trials.
     """
 
     lr_min: float = 1e-4
@@ -67,6 +76,9 @@ class AutoLRS:
     min_probe: int = 3
     warmup_steps: int = 0
     warmup_lr: float | None = None
+    reuse_winner: bool = True
+    min_trials: int = 3
+    tolerance: float = 0.002
 
     def __post_init__(self) -> None:
         if not 0 < self.lr_min < self.lr_max:
@@ -85,6 +97,10 @@ class AutoLRS:
             raise ValueError("AutoLRS needs warmup_steps >= 0 and warmup_lr > 0")
         if not 0 < self.probe_fraction < 1:
             raise ValueError(f"AutoLRS.probe_fraction must lie in (0, 1), got {self.probe_fraction!r}")
+        if self.min_trials != 0 and not 2 <= self.min_trials <= self.trials:
+            raise ValueError(f"AutoLRS.min_trials must be 0 or lie in [2, trials], got {self.min_trials!r}")
+        if not self.tolerance >= 0:
+            raise ValueError(f"AutoLRS.tolerance must be >= 0, got {self.tolerance!r}")
 
     def probe_len(self, tau: int) -> int:
         return max(self.min_probe, round(self.probe_fraction * tau))
@@ -227,6 +243,8 @@ class Tuner:
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         n = len(self.state.trials)
+        if n == 0 and self.cfg.reuse_winner and self.state.history:
+            return float(self.state.history[-1]["lr"])
         sampler = optuna.samplers.GPSampler(
             seed=(self.seed * 1_000_003 + self.state.stage * 1009 + n) % (2**31),
             n_startup_trials=self.cfg.startup_trials,
@@ -247,7 +265,18 @@ class Tuner:
         return value < best
 
     def search_done(self) -> bool:
-        return len(self.state.trials) >= self.cfg.trials
+        """All `trials` tried, or (adaptive, `AutoLRS.min_trials`) the last trial, after enough
+        of them, did not improve the stage's best forecast by more than the tolerance."""
+        cfg, values = self.cfg, [tr["value"] for tr in self.state.trials]
+        if len(values) >= cfg.trials:
+            return True
+        if cfg.min_trials == 0:
+            return False
+        fresh = not (cfg.reuse_winner and self.state.history)
+        if len(values) < (max(cfg.min_trials, cfg.startup_trials + 1) if fresh else cfg.min_trials):
+            return False
+        best_before = min(values[:-1])
+        return values[-1] > best_before - cfg.tolerance * abs(best_before)
 
     def choose(self) -> float:
         """End the search: the winner's probe steps become this stage's first steps."""
