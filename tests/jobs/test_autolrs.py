@@ -103,6 +103,8 @@ def test_the_adaptive_search_spends_fewer_probes_and_starts_from_the_last_winner
     assert all(len(h["trials"]) <= 6 for h in hist) and any(len(h["trials"]) < 6 for h in hist)
     for prev, h in pairwise(hist):
         assert h["trials"][0][0] == prev["lr"]  # the last winner is the first candidate
+        # ... and the others lie within AutoLRS.max_change (3×) of it
+        assert all(prev["lr"] / 3 * (1 - 1e-9) <= lr <= prev["lr"] * 3 * (1 + 1e-9) for lr, _ in h["trials"])
     # the stages both ran (the probes the adaptive search saved bought it a further stage)
     losing = lambda hs: sum((len(h["trials"]) - 1) * h["probe_len"] for h in hs[:4])  # noqa: E731
     assert [h["tau"] for h in hist[:4]] == [h["tau"] for h in full_hist[:4]]
@@ -113,6 +115,8 @@ def test_the_adaptive_search_spends_fewer_probes_and_starts_from_the_last_winner
     assert len(hist[0]["trials"]) >= 4
     with pytest.raises(ValueError, match=r"AutoLRS\.min_trials"):
         AutoLRS(trials=4, min_trials=5)
+    with pytest.raises(ValueError, match=r"AutoLRS\.max_change"):
+        AutoLRS(max_change=0.5)
 
 
 def test_a_resumed_tuner_asks_what_the_original_would() -> None:

@@ -63,6 +63,10 @@ class AutoLRS:
                     search ends as soon as a trial fails to improve the stage's best forecast by
                     more than `tolerance` (relative): the search has stopped finding better LRs,
                     and every further probe would be a losing one. 0: always `trials` trials.
+    max_change:     after the first stage, candidates lie within a factor `max_change` of the
+                    previous winner (inside the range): a short probe forecast over a long stage
+                    can favour an LR whose curve falls fast after its own spike, and one stage
+                    should not jump the LR by 10× on that evidence (0: the whole range).
     """
 
     lr_min: float = 1e-4
@@ -79,6 +83,7 @@ class AutoLRS:
     reuse_winner: bool = True
     min_trials: int = 3
     tolerance: float = 0.002
+    max_change: float = 3.0
 
     def __post_init__(self) -> None:
         if not 0 < self.lr_min < self.lr_max:
@@ -99,6 +104,8 @@ class AutoLRS:
             raise ValueError(f"AutoLRS.probe_fraction must lie in (0, 1), got {self.probe_fraction!r}")
         if self.min_trials != 0 and not 2 <= self.min_trials <= self.trials:
             raise ValueError(f"AutoLRS.min_trials must be 0 or lie in [2, trials], got {self.min_trials!r}")
+        if self.max_change != 0 and not self.max_change > 1:
+            raise ValueError(f"AutoLRS.max_change must be 0 or > 1, got {self.max_change!r}")
         if not self.tolerance >= 0:
             raise ValueError(f"AutoLRS.tolerance must be >= 0, got {self.tolerance!r}")
 
@@ -222,10 +229,20 @@ class Tuner:
     def stage_end(self) -> int:
         return self.state.stage_start + self.state.tau
 
+    def bounds(self) -> tuple[float, float]:
+        """This stage's candidate range: the configured one, or within `max_change` of the
+        previous winner (`AutoLRS.max_change`)."""
+        lo, hi = self.cfg.lr_min, self.cfg.lr_max
+        before = [h for h in self.state.history if h["stage"] < self.state.stage]  # not this stage's
+        if self.cfg.max_change and before:
+            prev = float(before[-1]["lr"])
+            lo, hi = max(lo, prev / self.cfg.max_change), min(hi, prev * self.cfg.max_change)
+        return lo, hi
+
     def _distribution(self) -> Any:
         from optuna.distributions import FloatDistribution
 
-        return FloatDistribution(self.cfg.lr_min, self.cfg.lr_max, log=True)
+        return FloatDistribution(*self.bounds(), log=True)
 
     def _trial(self, tr: dict[str, Any], **user_attrs: Any) -> Any:
         """A finished Optuna trial of one probe of this stage."""
