@@ -74,14 +74,13 @@ def start_cluster(train_gpus: int, infer_gpus: int) -> Any:
 
 def pools() -> tuple[dict[str, str], dict[str, int]]:
     """Each live node's pool, and the GPUs of each pool."""
-    from tidal.serving.app import POOL_LABEL
+    from tidal.platform.capacity import pool_of
 
     of_node, gpus = {}, {"training": 0, "inference": 0}
     for n in ray.nodes():
         if n["Alive"]:
-            pool = (n.get("Labels") or {}).get(POOL_LABEL, "training")
-            of_node[n["NodeID"]] = pool
-            gpus[pool] = gpus.get(pool, 0) + int(n["Resources"].get("GPU", 0))
+            of_node[n["NodeID"]] = pool_of(n)
+            gpus[pool_of(n)] += int(n["Resources"].get("GPU", 0))
     return of_node, gpus
 
 

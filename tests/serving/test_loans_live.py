@@ -36,7 +36,7 @@ def test_lent_gpus_go_back_to_serve_on_a_surge(ray_cluster: Any, inference_node:
     from tidal.platform.cli import format_pools
     from tidal.platform.scheduler import SchedulerConfig
     from tidal.serving.app import gpt_app
-    from tidal.serving.demand import replicas_wanted
+    from tidal.serving.demand import replicas_running, replicas_wanted
     from tidal.serving.loans import LoanConfig
     from tidal.serving.traffic import p99, replay
 
@@ -93,10 +93,7 @@ def test_lent_gpus_go_back_to_serve_on_a_surge(ray_cluster: Any, inference_node:
             while time.time() < t_end:
                 status = serve.status()
                 want = replicas_wanted(status)
-                running = sum(int(n) for app in status.applications.values()
-                              for d in app.deployments.values()
-                              for s, n in d.replica_states.items()
-                              if str(getattr(s, "value", s)) == "RUNNING")
+                running = replicas_running(status)
                 if want >= 4 and "want" not in marks:
                     marks["want"] = time.time()
                 if running >= 4 and "want" in marks:

@@ -229,13 +229,17 @@ class Tuner:
     def stage_end(self) -> int:
         return self.state.stage_start + self.state.tau
 
+    def previous_winner(self) -> float | None:
+        """The winning LR of the last stage before this one (None in the first stage)."""
+        before = [h for h in self.state.history if h["stage"] < self.state.stage]
+        return float(before[-1]["lr"]) if before else None
+
     def bounds(self) -> tuple[float, float]:
         """This stage's candidate range: the configured one, or within `max_change` of the
         previous winner (`AutoLRS.max_change`)."""
         lo, hi = self.cfg.lr_min, self.cfg.lr_max
-        before = [h for h in self.state.history if h["stage"] < self.state.stage]  # not this stage's
-        if self.cfg.max_change and before:
-            prev = float(before[-1]["lr"])
+        prev = self.previous_winner()
+        if self.cfg.max_change and prev is not None:
             lo, hi = max(lo, prev / self.cfg.max_change), min(hi, prev * self.cfg.max_change)
         return lo, hi
 
@@ -260,8 +264,9 @@ class Tuner:
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         n = len(self.state.trials)
-        if n == 0 and self.cfg.reuse_winner and self.state.history:
-            return float(self.state.history[-1]["lr"])
+        prev = self.previous_winner()
+        if n == 0 and self.cfg.reuse_winner and prev is not None:
+            return prev
         sampler = optuna.samplers.GPSampler(
             seed=(self.seed * 1_000_003 + self.state.stage * 1009 + n) % (2**31),
             n_startup_trials=self.cfg.startup_trials,
@@ -289,7 +294,7 @@ class Tuner:
             return True
         if cfg.min_trials == 0:
             return False
-        fresh = not (cfg.reuse_winner and self.state.history)
+        fresh = not (cfg.reuse_winner and self.previous_winner() is not None)
         if len(values) < (max(cfg.min_trials, cfg.startup_trials + 1) if fresh else cfg.min_trials):
             return False
         best_before = min(values[:-1])

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from tidal.core.policy import Node
 
@@ -36,6 +36,11 @@ class Held:
     gpus: float = 0.0
     cpus: float = 0.0
     memory: float = 0.0
+
+
+def pool_of(node: Mapping[str, Any]) -> Literal["training", "inference"]:
+    """A `ray.nodes()` entry's pool: "inference" if labelled so, else "training"."""
+    return "inference" if (node.get("Labels") or {}).get(POOL_LABEL) == "inference" else "training"
 
 
 def build_nodes(ray_nodes: Sequence[Mapping[str, Any]], available: Mapping[str, Mapping[str, float]],
@@ -58,11 +63,11 @@ def build_nodes(ray_nodes: Sequence[Mapping[str, Any]], available: Mapping[str, 
             return min(float(total.get(key, 0.0)), float(free.get(key, 0.0)) + mine)
 
         gpus = int(offer("GPU", h.gpus) + 1e-9)
-        pool = (n.get("Labels") or {}).get(POOL_LABEL, "training")
+        pool = pool_of(n)
         if pool == "inference":
             gpus = min(gpus, int((lent or {}).get(nid, 0)))
         out.append(Node(node_id=nid, gpus=gpus, cpus=offer("CPU", h.cpus),
                         memory=offer("memory", h.memory) if "memory" in total else 1e18,
-                        pool="inference" if pool == "inference" else "training",
+                        pool=pool,
                         recallable=pool == "inference", recall_risk=recall_risk))
     return sorted(out, key=lambda x: x.node_id)

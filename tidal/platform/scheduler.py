@@ -57,7 +57,7 @@ from tidal.jobs.spec import JobSpec, Plan, SpecError
 from tidal.planner.jobplan import Cluster, ProfileConfig, check_fits
 from tidal.platform import admission
 from tidal.platform.admission import Admission, Stage
-from tidal.platform.capacity import POOL_LABEL, Held, build_nodes
+from tidal.platform.capacity import Held, build_nodes, pool_of
 from tidal.platform.executor import Executor, infrastructure_failure, run_checkpoints
 from tidal.platform.metrics import Metrics
 from tidal.platform.reservations import Reservation, reserve, without
@@ -474,8 +474,7 @@ class Scheduler:
         from tidal.serving.demand import current_demand
 
         pool = {n["NodeID"]: int(n["Resources"].get("GPU", 0)) for n in ray_nodes
-                if n.get("Alive") and (n.get("Labels") or {}).get(POOL_LABEL) == "inference"
-                and n["Resources"].get("GPU", 0) >= 1}
+                if n.get("Alive") and pool_of(n) == "inference" and n["Resources"].get("GPU", 0) >= 1}
         if not pool:
             self.loan_state = {}
             return

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from tidal.core.state import TERMINAL as _TERMINAL_STATES
 from tidal.serving.traffic import Sent
 
 POOLS = ("training", "inference")
@@ -140,7 +141,7 @@ class JobStory:
         return None if self.started is None else self.started - self.submitted
 
 
-TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED", "REJECTED")
+TERMINAL = frozenset(s.value for s in _TERMINAL_STATES)
 
 
 def job_story(name: str, events: Sequence[Mapping[str, Any]], t0: float) -> JobStory:
@@ -170,8 +171,7 @@ def _plt() -> Any:
     return plt
 
 
-_MARK = {"submit": ("v", "arrives"), "reclaim": ("x", "reclaimed"), "reconfigure": ("^", "reconfigured"),
-         "end": ("o", "ends")}
+_MARK = {"submit": "v", "reclaim": "x", "reconfigure": "^", "end": "o"}  # matplotlib markers
 
 
 def plot_timeline(samples: Sequence[Sample], stories: Sequence[JobStory], pool_gpus: Mapping[str, int],
@@ -210,7 +210,7 @@ def plot_timeline(samples: Sequence[Sample], stories: Sequence[JobStory], pool_g
         for m in st.markers:
             if m.what in _MARK:
                 for ax in axes[:2]:
-                    ax.plot([m.t], [pool_gpus.get("training", 0) + 0.25], marker=_MARK[m.what][0],
+                    ax.plot([m.t], [pool_gpus.get("training", 0) + 0.25], marker=_MARK[m.what],
                             color=colour[st.name], ms=7, clip_on=False)
                 if m.what == "reclaim":
                     for ax in axes:
