@@ -44,3 +44,15 @@ def test_a_broken_config_fails_the_same_validation() -> None:
     cfg["available_node_types"]["training_gpu"]["min_workers"] = "two"
     with pytest.raises(jsonschema.ValidationError):
         validate_config(prepare_config(cfg))
+
+
+def test_local_autoscaling_config_mirrors_the_pools_and_passes_validation() -> None:
+    """cluster-local.yaml (the fake multi-node provider's config, tests/deploy/test_autoscaling.py)
+    passes the same validation and has cluster.yaml's two labelled pools, with logical GPUs."""
+    local: dict[str, Any] = yaml.safe_load((ROOT / "cluster-local.yaml").read_text())
+    validate_config(prepare_config(copy.deepcopy(local)))
+    assert local["provider"]["module"].endswith("fake_multi_node.node_provider.FakeMultiNodeProvider")
+    types = local["available_node_types"]
+    for name, pool in (("inference_gpu", "inference"), ("training_gpu", "training")):
+        assert types[name]["labels"]["tidal.io/pool"] == pool
+        assert types[name]["resources"]["GPU"] >= 1

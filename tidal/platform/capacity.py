@@ -27,6 +27,10 @@ from typing import Any, Literal
 from tidal.core.policy import Node
 
 POOL_LABEL = "tidal.io/pool"
+# A Ray label selector for the nodes `pool_of` calls training: any node not labelled inference
+# (unlabelled ones included). Tidal's node requests carry it, so that Ray's autoscaler launches
+# training nodes, not inference ones, for training demand.
+TRAINING_SELECTOR = {POOL_LABEL: "!inference"}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -57,7 +57,7 @@ from tidal.jobs.spec import JobSpec, Plan, SpecError
 from tidal.planner.jobplan import Cluster, ProfileConfig, check_fits
 from tidal.platform import admission
 from tidal.platform.admission import Admission, Stage
-from tidal.platform.capacity import Held, build_nodes, pool_of
+from tidal.platform.capacity import TRAINING_SELECTOR, Held, build_nodes, pool_of
 from tidal.platform.executor import Executor, infrastructure_failure, run_checkpoints
 from tidal.platform.metrics import Metrics
 from tidal.platform.reservations import Reservation, reserve, without
@@ -661,8 +661,9 @@ class Scheduler:
             return
         from ray.autoscaler.sdk import request_resources
 
-        try:
-            request_resources(bundles=[dict(b) for b in bundles])
+        try:  # each bundle on the training pool: Ray's autoscaler v2 honours the selector, v1 ignores it
+            request_resources(bundles=[dict(b) for b in bundles],
+                              bundle_label_selectors=[dict(TRAINING_SELECTOR) for _ in bundles] or None)
         except Exception as e:  # no autoscaler to take it: nothing else to do
             self._event(f"autoscaler request failed: {e}")
             return

@@ -1,0 +1,198 @@
+"""A queued job makes Ray's autoscaler launch a node, runs on it, and the node goes when idle: a
+script of its own (its Ray cluster, with Ray's autoscaler in it, cannot be the test session's),
+run by `test_autoscaling.test_queued_job_launches_a_node`.
+
+    python -m tests.deploy.autoscaling_scenario STATE_DIR OUT.json
+
+The cluster is `cluster-local.yaml` (Ray's fake multi-node provider: a launched "node" is another
+raylet on this machine) started by `ray.cluster_utils.AutoscalingCluster` with autoscaler v2,
+which honours the node request's label selector (training pool only). The head is one 2-GPU
+training node. Job A, guaranteed its 2 GPUs (so the policy does not stop it for B, the shorter
+job), takes both of the head's GPUs and keeps training; job B, which needs 2 GPUs too, queues;
+the scheduler asks for A's and B's GPUs (`tidal.core.autoscale.node_request`); the autoscaler
+launches a `training_gpu` node; B runs there and finishes; A is cancelled; the idle
+node is terminated. Writes the nodes seen over time, B's allocations and the scheduler's events
+to OUT.json (the test asserts on them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+# `ray start` turns token authentication on (Ray 2.60): a driver of such a cluster sends the token
+# (~/.ray/auth_token) only with this set, and Ray reads it once, so before it is imported
+os.environ["RAY_AUTH_MODE"] = "token"
+
+import ray
+import yaml
+from ray.cluster_utils import AutoscalingCluster
+
+from tests.conftest import tiny_gpt_spec
+from tidal.core.policy import PolicyConfig
+from tidal.jobs import Plan
+from tidal.platform import sdk
+from tidal.platform.scheduler import SchedulerConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = ROOT / "cluster-local.yaml"
+HEAD = "ray.head.default"
+FAKE_HEAD_NODE_ID = "fffffffffffffffffffffffffffffffffffffffffffffffffff00000"  # the fake provider's
+
+
+class LocalAutoscalingCluster(AutoscalingCluster):
+    """`AutoscalingCluster` on `cluster-local.yaml`, on a GCS port of its own.
+
+    Two departures from the base class, both so that it can share a machine with other Ray
+    clusters (a developer's, the test session's): it neither starts nor stops with
+    `ray stop --force` (which ends every Ray process on the machine), and its head listens on
+    `port`, not 6379. It reads the node types from `cluster-local.yaml` instead of the fake
+    provider's example.yaml, which the Ray 2.60 wheel does not ship."""
+
+    def __init__(self, config: Path, port: int) -> None:
+        self.port = port
+        self.file = yaml.safe_load(config.read_text())
+        head = self.file["available_node_types"][HEAD]
+        workers = {k: v for k, v in self.file["available_node_types"].items() if k != HEAD}
+        super().__init__(head_resources=dict(head["resources"]), worker_node_types=workers,
+                         autoscaler_v2=True)
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{ray.util.get_node_ip_address()}:{self.port}"
+
+    def _generate_config(self, head_resources: dict[str, Any], worker_node_types: dict[str, Any],
+                         autoscaler_v2: bool = False, **config_kwargs: Any) -> dict[str, Any]:
+        config: dict[str, Any] = json.loads(json.dumps(self.file))  # a deep copy
+        config["available_node_types"] = {**worker_node_types, HEAD: self.file["available_node_types"][HEAD]}
+        config["provider"]["gcs_address"] = self.address
+        if autoscaler_v2:  # as the base class does
+            config["provider"]["launch_multiple"] = True
+            config["provider"]["head_node_id"] = FAKE_HEAD_NODE_ID
+        return config
+
+    def start(self, _system_config: dict[str, Any] | None = None,
+              override_env: dict[str, str] | None = None) -> None:
+        fd, path = tempfile.mkstemp(suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            json.dump(self._config, f)
+        head = self.file["available_node_types"][HEAD]
+        res = dict(head["resources"])
+        ray_cli = str(Path(sys.executable).with_name("ray"))  # this interpreter's, PATH or not
+        cmd = [ray_cli, "start", "--head", "--block", f"--port={self.port}", f"--autoscaling-config={path}",
+               f"--num-cpus={res.pop('CPU')}", f"--num-gpus={res.pop('GPU', 0)}", "--include-dashboard=false"]
+        if res:
+            cmd.append(f"--resources={json.dumps(res)}")
+        env = {**os.environ, "AUTOSCALER_UPDATE_INTERVAL_S": "1", "RAY_FAKE_CLUSTER": "1",
+               "RAY_OVERRIDE_LABELS": json.dumps(head.get("labels", {})),
+               # autoscaler v2, as the base class sets it up
+               "RAY_enable_autoscaler_v2": "1", "RAY_CLOUD_INSTANCE_ID": FAKE_HEAD_NODE_ID,
+               "RAY_OVERRIDE_NODE_ID_FOR_TESTING": FAKE_HEAD_NODE_ID, **(override_env or {})}
+        self.proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL)
+        deadline = time.time() + 60
+        while True:  # the head is up once its GCS accepts connections
+            try:
+                socket.create_connection((ray.util.get_node_ip_address(), self.port), timeout=1).close()
+                return
+            except OSError:
+                if self.proc.poll() is not None or time.time() > deadline:
+                    raise SystemExit(f"the head did not start: {' '.join(cmd)}") from None
+                time.sleep(0.5)
+
+    def shutdown(self) -> None:
+        """The head's `ray start --block` ends the head's processes; a node the autoscaler
+        launched and has not terminated yet is ended by its GCS address."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=60)
+        mine = {f"--gcs-address={self.address}", f"--gcs_server_port={self.port}"}
+        for p in psutil.process_iter(["cmdline"]):
+            if mine & set(p.info["cmdline"] or []):
+                with contextlib.suppress(psutil.Error):
+                    p.kill()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return int(s.getsockname()[1])
+
+
+def gpu_nodes() -> dict[str, str]:
+    """Alive nodes with GPUs: id → pool label."""
+    return {n["NodeID"]: (n.get("Labels") or {}).get("tidal.io/pool", "")
+            for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU", 0) > 0}
+
+
+def wait(pred: Any, what: str, timeout: float, log: list[dict[str, Any]]) -> None:
+    deadline = time.time() + timeout
+    while not pred():
+        if time.time() > deadline:
+            raise SystemExit(f"timed out waiting for {what}; nodes seen: {log[-3:]}")
+        time.sleep(1.0)
+
+
+def main(state: Path, out: Path) -> None:
+    os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
+    os.environ.setdefault("TIDAL_STORAGE", str(state / "runs"))
+    cluster = LocalAutoscalingCluster(CONFIG, free_port())
+    cluster.start()
+    seen: list[dict[str, Any]] = []
+    result: dict[str, Any] = {"nodes": seen}
+    try:
+        ray.init(address=cluster.address, log_to_driver=False)
+        cfg = SchedulerConfig(tick_s=1.0, state_path=str(state / "tidal.sqlite"), profile_samples=1,
+                              profile_steps=1, profile_gpus=0.0, cpus_per_worker=0.5,
+                              policy=PolicyConfig(aging_s=1e6))
+        actor = sdk.connect(cfg)
+        head = set(gpu_nodes())
+        result["head"] = sorted(head)
+
+        def look() -> dict[str, str]:
+            now = gpu_nodes()
+            if not seen or seen[-1]["nodes"] != now:
+                seen.append({"t": time.time(), "nodes": now})
+            return now
+
+        a = sdk.JobHandle(ray.get(actor.submit.remote(tiny_gpt_spec(
+            name="autoscale-a", total_steps=10**6, min_gpus=2, max_gpus=2, checkpoint_every=200,
+            guaranteed=True, requested_gpus=2, plan=Plan(dp=2, zero_stage=1, micro_batch=4)))), actor)
+        wait(lambda: look() and a.status()["state"] == "RUNNING", "A to run on the head", 240, seen)
+        b = sdk.JobHandle(ray.get(actor.submit.remote(tiny_gpt_spec(
+            name="autoscale-b", total_steps=150, min_gpus=2, max_gpus=2, seed=5))), actor)
+        b_alloc: list[list[Any]] = []
+
+        def b_done() -> bool:
+            look()
+            st = b.status()
+            if st["state"] == "RUNNING" and st["allocation"] and st["allocation"] not in b_alloc:
+                b_alloc.append(st["allocation"])
+            return bool(st["state"] in ("SUCCEEDED", "FAILED", "REJECTED", "CANCELLED"))
+
+        wait(b_done, "B to finish", 420, seen)
+        result["b"] = {"final": b.status(), "allocations": b_alloc,
+                       "events": ray.get(actor.job_events.remote(b.job_id))}
+        result["a_state_before_cancel"] = a.status()["state"]
+        a.cancel()
+        wait(lambda: set(look()) <= head, "the launched node to go when idle", 240, seen)
+        result["events"] = ray.get(actor.recent_events.remote())
+    finally:
+        out.write_text(json.dumps(result, indent=1, default=str))
+        ray.shutdown()
+        cluster.shutdown()
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), Path(sys.argv[2]))
