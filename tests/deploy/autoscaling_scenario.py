@@ -8,11 +8,12 @@ The cluster is `cluster-local.yaml` (Ray's fake multi-node provider: a launched 
 raylet on this machine) started by `ray.cluster_utils.AutoscalingCluster` with autoscaler v2,
 which honours the node request's label selector (training pool only). The head is one 2-GPU
 training node. Job A, guaranteed its 2 GPUs (so the policy does not stop it for B, the shorter
-job), takes both of the head's GPUs and keeps training; job B, which needs 2 GPUs too, queues;
-the scheduler asks for A's and B's GPUs (`tidal.core.autoscale.node_request`); the autoscaler
-launches a `training_gpu` node; B runs there and finishes; A is cancelled; the idle
-node is terminated. Writes the nodes seen over time, B's allocations and the scheduler's events
-to OUT.json (the test asserts on them).
+job), takes both of the head's GPUs and keeps training. Job B needs 4 GPUs, more than the
+cluster has: admission sizes it against the nodes the autoscaler may launch (the scheduler is
+given the config), so it queues; the scheduler asks for A's and B's GPUs
+(`tidal.core.autoscale.node_request`); the autoscaler launches two `training_gpu` nodes; B runs
+there and finishes; A is cancelled; the idle nodes are terminated. Writes the nodes seen over
+time, B's allocations and the scheduler's events to OUT.json (the test asserts on them).
 """
 
 from __future__ import annotations
@@ -152,10 +153,16 @@ def main(state: Path, out: Path) -> None:
     seen: list[dict[str, Any]] = []
     result: dict[str, Any] = {"nodes": seen}
     try:
-        ray.init(address=cluster.address, log_to_driver=False)
+        for attempt in range(3):  # the head's raylet registers late on a loaded machine (30-s wait)
+            try:
+                ray.init(address=cluster.address, log_to_driver=False)
+                break
+            except ConnectionError:
+                if attempt == 2:
+                    raise
         cfg = SchedulerConfig(tick_s=1.0, state_path=str(state / "tidal.sqlite"), profile_samples=1,
                               profile_steps=1, profile_gpus=0.0, cpus_per_worker=0.5,
-                              policy=PolicyConfig(aging_s=1e6))
+                              policy=PolicyConfig(aging_s=1e6), autoscaling_config=cluster.file)
         actor = sdk.connect(cfg)
         head = set(gpu_nodes())
         result["head"] = sorted(head)
@@ -171,7 +178,7 @@ def main(state: Path, out: Path) -> None:
             guaranteed=True, requested_gpus=2, plan=Plan(dp=2, zero_stage=1, micro_batch=4)))), actor)
         wait(lambda: look() and a.status()["state"] == "RUNNING", "A to run on the head", 240, seen)
         b = sdk.JobHandle(ray.get(actor.submit.remote(tiny_gpt_spec(
-            name="autoscale-b", total_steps=150, min_gpus=2, max_gpus=2, seed=5))), actor)
+            name="autoscale-b", total_steps=150, min_gpus=4, max_gpus=4, seed=5))), actor)
         b_alloc: list[list[Any]] = []
 
         def b_done() -> bool:

@@ -52,3 +52,24 @@ def test_inference_nodes_offer_only_what_is_lent() -> None:
     assert i.gpus == 4
     (_, i), = [(n.node_id, n) for n in build_nodes(nodes, avail, {}, lent={"i": 8}) if n.node_id == "i"]
     assert i.gpus == 5  # a loan never reaches the replicas' GPUs
+
+
+def test_launchable_gpus_counts_training_node_types_below_their_max() -> None:
+    """Per training worker type with GPUs: max_workers minus its alive nodes (Ray's node-group
+    label); the head, inference types, GPU-less types and dead nodes are not counted."""
+    from tidal.platform.capacity import NODE_GROUP_LABEL, launchable_gpus
+
+    config = {"head_node_type": "head", "available_node_types": {
+        "head": {"resources": {"CPU": 4, "GPU": 2}, "max_workers": 0},
+        "train": {"resources": {"GPU": 8}, "max_workers": 3, "labels": {"tidal.io/pool": "training"}},
+        "plain": {"resources": {"GPU": 1, "CPU": 2}, "max_workers": 1},  # unlabelled: training
+        "serve": {"resources": {"GPU": 4}, "max_workers": 4, "labels": {"tidal.io/pool": "inference"}},
+        "cpu": {"resources": {"CPU": 8}, "max_workers": 5},
+    }}
+    assert sorted(launchable_gpus(config, [])) == [1, 8, 8, 8]
+    alive = [{"Alive": True, "Labels": {NODE_GROUP_LABEL: "train"}},
+             {"Alive": False, "Labels": {NODE_GROUP_LABEL: "train"}},
+             {"Alive": True, "Labels": {NODE_GROUP_LABEL: "plain"}},
+             {"Alive": True, "Labels": {NODE_GROUP_LABEL: "plain"}}]  # over its max: none left, not fewer
+    assert sorted(launchable_gpus(config, alive)) == [8, 8]
+    assert launchable_gpus({}, alive) == []

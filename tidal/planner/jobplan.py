@@ -83,8 +83,8 @@ def check_fits(spec: JobSpec, cluster: Cluster) -> None:
 def profile_plans(spec: JobSpec, cluster: Cluster, cfg: ProfileConfig) -> list[Plan]:
     """The plans to profile (`fitting.sample_plans`: chosen for a well-posed fit)."""
     top = min(spec.max_gpus, cluster.total)
-    if cfg.max_profile_gpus is not None:
-        top = min(top, cfg.max_profile_gpus)
+    if cfg.max_profile_gpus is not None:  # never below the job's own minimum: it runs on no fewer
+        top = min(top, max(cfg.max_profile_gpus, spec.min_gpus))
     return sample_plans(spec, top, cfg.samples, cluster.per_node)
 
 

@@ -20,6 +20,7 @@ counted once.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -42,9 +43,33 @@ class Held:
     memory: float = 0.0
 
 
+# Ray's label on the nodes its autoscaler launched: the node type's name (RAY_NODE_TYPE_NAME)
+NODE_GROUP_LABEL = "ray.io/node-group"
+
+
+def launchable_gpus(config: Mapping[str, Any], ray_nodes: Sequence[Mapping[str, Any]]) -> list[int]:
+    """The GPU counts of the training nodes Ray's autoscaler may still launch, one per node, read
+    off its config (a cluster-launcher YAML: `available_node_types`): for every worker type with
+    GPUs in its `resources` and not labelled inference (`pool_of`'s rule),
+    `max_workers` − its alive nodes (`NODE_GROUP_LABEL`). Admission sizes jobs against the nodes
+    alive now plus these, so that a job larger than today's cluster queues (and its node request
+    brings the nodes) instead of being rejected."""
+    types: Mapping[str, Any] = config.get("available_node_types") or {}
+    alive = Counter((n.get("Labels") or {}).get(NODE_GROUP_LABEL) for n in ray_nodes if n.get("Alive"))
+    out: list[int] = []
+    for name, t in sorted(types.items()):
+        gpus = int((t.get("resources") or {}).get("GPU", 0))
+        if name == config.get("head_node_type") or gpus < 1 or pool_of(t) == "inference":
+            continue
+        out += [gpus] * max(0, int(t.get("max_workers", 0)) - alive[name])
+    return out
+
+
 def pool_of(node: Mapping[str, Any]) -> Literal["training", "inference"]:
-    """A `ray.nodes()` entry's pool: "inference" if labelled so, else "training"."""
-    return "inference" if (node.get("Labels") or {}).get(POOL_LABEL) == "inference" else "training"
+    """A `ray.nodes()` entry's pool (or a launcher node type's: `labels`): "inference" if labelled
+    so, else "training"."""
+    labels = node.get("Labels") or node.get("labels") or {}
+    return "inference" if labels.get(POOL_LABEL) == "inference" else "training"
 
 
 def build_nodes(ray_nodes: Sequence[Mapping[str, Any]], available: Mapping[str, Mapping[str, float]],

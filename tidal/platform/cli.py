@@ -259,9 +259,22 @@ def cmd_start(args: argparse.Namespace) -> int:
     scheduler actor (named, detached: it outlives this command), and with --serve-checkpoint the
     GPT Serve application on the inference pool. Idempotent: an existing actor is reused."""
     from tidal.platform import sdk
+    from tidal.platform.scheduler import SchedulerConfig
 
+    config = None
+    if args.autoscaling_config:  # checked before anything starts
+        import yaml
+
+        try:
+            parsed = yaml.safe_load(Path(args.autoscaling_config).expanduser().read_text())
+        except (OSError, yaml.YAMLError) as e:
+            raise SystemExit(f"tidal: --autoscaling-config {args.autoscaling_config}: {e}") from None
+        if not isinstance(parsed, dict) or not isinstance(parsed.get("available_node_types"), dict):
+            raise SystemExit(f"tidal: --autoscaling-config {args.autoscaling_config}: no "
+                             "available_node_types (a Ray cluster-launcher config)")
+        config = SchedulerConfig(autoscaling_config=parsed)
     _join(log_to_driver=False)
-    actor = sdk.connect()
+    actor = sdk.connect(config)
     if _get(actor.ping.remote()) != "ok":
         raise SystemExit("tidal: the scheduler actor did not answer")
     print("tidal: scheduler running (actor 'tidal-scheduler' in namespace 'tidal')")
@@ -336,6 +349,9 @@ def main(argv: list[str] | None = None) -> int:
     st.set_defaults(func=cmd_status)
     sp = sub.add_parser("start", help="start Tidal's control plane on this Ray cluster (after `ray start`)")
     sp.add_argument("--serve-checkpoint", help="also serve the GPT of this Tidal checkpoint (Ray Serve)")
+    sp.add_argument("--autoscaling-config",
+                    help="the autoscaler's cluster config (on a `ray up` head: ~/ray_bootstrap_config.yaml): "
+                         "jobs larger than today's cluster queue for the nodes it may launch")
     sp.add_argument("--serve-model", help="the served model's shape as JSON, e.g. '{\"d_model\": 64}'")
     sp.set_defaults(func=cmd_start)
     ev = sub.add_parser("events", help="a job's state changes, with why")

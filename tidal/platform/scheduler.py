@@ -51,13 +51,13 @@ from tidal.autoscaler.reclaim import Borrower, choose_reclaim
 from tidal.core.autoscale import node_request
 from tidal.core.controller import ActionRecord, reconcile_step
 from tidal.core.correction import Correction, CorrectionConfig, corrected, observe
-from tidal.core.policy import Allocation, JobView, Node, Option, PolicyConfig, Snapshot
+from tidal.core.policy import Allocation, Decision, JobView, Node, Option, PolicyConfig, Snapshot
 from tidal.jobs.checkpoint import read_meta
 from tidal.jobs.spec import JobSpec, Plan, SpecError
 from tidal.planner.jobplan import Cluster, ProfileConfig, check_fits
 from tidal.platform import admission
 from tidal.platform.admission import Admission, Stage
-from tidal.platform.capacity import TRAINING_SELECTOR, Held, build_nodes, pool_of
+from tidal.platform.capacity import TRAINING_SELECTOR, Held, build_nodes, launchable_gpus, pool_of
 from tidal.platform.executor import Executor, infrastructure_failure, run_checkpoints
 from tidal.platform.metrics import Metrics
 from tidal.platform.reservations import Reservation, reserve, without
@@ -98,6 +98,10 @@ class SchedulerConfig:
     correction: CorrectionConfig | None = field(default_factory=CorrectionConfig)
     # ask Ray's autoscaler for the nodes waiting jobs need (tidal.core.autoscale.node_request)
     autoscale: bool = True
+    # the autoscaler's config (a cluster-launcher YAML, parsed: `tidal start --autoscaling-config`):
+    # admission sizes jobs against the alive nodes plus the training nodes it may still launch
+    # (`capacity.launchable_gpus`); None: the alive nodes only
+    autoscaling_config: dict[str, Any] | None = None
 
     def profiling(self) -> ProfileConfig:
         return ProfileConfig(samples=self.profile_samples, steps=self.profile_steps,
@@ -302,9 +306,24 @@ class Scheduler:
                 log.exception("reconcile failed")
 
     def _cluster(self, ray_nodes: list[dict[str, Any]] | None = None) -> Cluster:
-        """Every alive GPU node at its full size (`ray_nodes`: `ray.nodes()` if already read)."""
-        return Cluster(node_gpus=tuple(n.gpus for n in self._cluster_nodes(ray_nodes)),
+        """Every alive GPU node at its full size (`ray_nodes`: `ray.nodes()` if already read),
+        plus the training nodes Ray's autoscaler may still launch (`SchedulerConfig.autoscaling_config`)."""
+        ray_nodes = ray.nodes() if ray_nodes is None else ray_nodes
+        more = (launchable_gpus(self.cfg.autoscaling_config, ray_nodes)
+                if self.cfg.autoscale and self.cfg.autoscaling_config else [])
+        return Cluster(node_gpus=tuple(n.gpus for n in self._cluster_nodes(ray_nodes)) + tuple(more),
                        gpu_mem_gib=self.cfg.gpu_mem_gib)
+
+    def _profile_bundles(self) -> tuple[dict[str, float], ...]:
+        """One bundle per worker of every profile that waits for capacity (admission's WAITING
+        stage): added to the node request, so that a job's profiles can bring a node too."""
+        from tidal.planner.profiler import PROFILE_CPUS_PER_WORKER
+
+        b = {"CPU": PROFILE_CPUS_PER_WORKER}
+        if self.cfg.profile_gpus:
+            b["GPU"] = self.cfg.profile_gpus
+        return tuple(dict(b) for a in self.admissions.values() if a.stage is Stage.WAITING
+                     for _ in range(a.workers))
 
     def _admit(self, recs: list[JobRecord], nodes: list[Node], ray_nodes: list[dict[str, Any]]) -> None:
         """Step 3: move every PROFILING job one stage on (`tidal.platform.admission`)."""
@@ -625,17 +644,21 @@ class Scheduler:
             self._admit(recs, without(nodes, self._reservations()), ray_nodes)
             recs = [r for r in self.store.all() if r.state.scheduled]
             nodes = without(self._nodes(ray_nodes), self._reservations())
-            if not recs:
-                self._request_nodes(())  # nothing left to schedule: withdraw any node request
-            if not recs or not nodes:
+            profiles = self._profile_bundles()
+            if not recs:  # nothing to schedule: ask only for waiting profiles (or withdraw)
+                self._request_nodes(profiles)
                 return
             snapshot = Snapshot(now=time.time(), nodes=tuple(nodes), jobs=tuple(self._views(recs)),
                                 config=self.cfg.policy)
+            if not nodes:  # no training capacity at all: every job waits
+                nothing = Decision(allocations={}, reasons={}, recall_loss={}, changed=())
+                self._request_nodes(node_request(snapshot, nothing) + profiles)
+                return
             actions = reconcile_step(snapshot, {r.job_id: r.state for r in recs})  # waits while one stops
             decision = actions.decision
             if decision is not None:
                 self.reasons = dict(decision.reasons)
-                self._request_nodes(node_request(snapshot, decision))
+                self._request_nodes(node_request(snapshot, decision) + profiles)
             by_id = {r.job_id: r for r in recs}
             for jid in actions.stop:
                 r = by_id[jid]
