@@ -70,3 +70,13 @@ def test_events_are_one_line_each_with_why() -> None:
     first, second = text.splitlines()
     assert "- → PROFILING" in first and first.endswith("submitted")
     assert "PROFILING → REJECTED" in second and second.endswith("fits no plan: 3 GiB > 1 GiB")
+
+
+def test_start_refuses_a_bad_autoscaling_config_before_joining_ray(tmp_path: Path) -> None:
+    """One line naming the flag and what is wrong, before any Ray call (no cluster here)."""
+    with pytest.raises(SystemExit, match=r"--autoscaling-config .*No such file"):
+        main(["start", "--autoscaling-config", str(tmp_path / "missing.yaml")])
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("cluster_name: x\n")
+    with pytest.raises(SystemExit, match="no available_node_types"):
+        main(["start", "--autoscaling-config", str(bad)])
