@@ -101,6 +101,10 @@ class LocalAutoscalingCluster(AutoscalingCluster):
                # autoscaler v2, as the base class sets it up
                "RAY_enable_autoscaler_v2": "1", "RAY_CLOUD_INSTANCE_ID": FAKE_HEAD_NODE_ID,
                "RAY_OVERRIDE_NODE_ID_FOR_TESTING": FAKE_HEAD_NODE_ID, **(override_env or {})}
+        # `ray start` with RAY_AUTH_MODE=token needs a token and does not make one (a fresh
+        # machine has none): make it, as `ray.init` does for a local cluster, if none exists
+        subprocess.run([ray_cli, "get-auth-token", "--generate"], env=env, check=True,
+                       stdout=subprocess.DEVNULL)
         self.proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL)
         deadline = time.time() + 60
         while True:  # the head is up once its GCS accepts connections
