@@ -41,6 +41,7 @@ import yaml
 from ray.cluster_utils import AutoscalingCluster
 
 from tests.conftest import tiny_gpt_spec
+from tests.platform.ray_restart_scenario import wait  # the nodes seen are in OUT.json
 from tidal.core.policy import PolicyConfig
 from tidal.jobs import Plan
 from tidal.platform import sdk
@@ -141,14 +142,6 @@ def gpu_nodes() -> dict[str, str]:
             for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU", 0) > 0}
 
 
-def wait(pred: Any, what: str, timeout: float, log: list[dict[str, Any]]) -> None:
-    deadline = time.time() + timeout
-    while not pred():
-        if time.time() > deadline:
-            raise SystemExit(f"timed out waiting for {what}; nodes seen: {log[-3:]}")
-        time.sleep(1.0)
-
-
 def main(state: Path, out: Path) -> None:
     os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
     os.environ.setdefault("TIDAL_STORAGE", str(state / "runs"))
@@ -180,7 +173,7 @@ def main(state: Path, out: Path) -> None:
         a = sdk.JobHandle(ray.get(actor.submit.remote(tiny_gpt_spec(
             name="autoscale-a", total_steps=10**6, min_gpus=2, max_gpus=2, checkpoint_every=200,
             guaranteed=True, requested_gpus=2, plan=Plan(dp=2, zero_stage=1, micro_batch=4)))), actor)
-        wait(lambda: look() and a.status()["state"] == "RUNNING", "A to run on the head", 240, seen)
+        wait(lambda: look() and a.status()["state"] == "RUNNING", "A to run on the head", 240)
         b = sdk.JobHandle(ray.get(actor.submit.remote(tiny_gpt_spec(
             name="autoscale-b", total_steps=150, min_gpus=4, max_gpus=4, seed=5))), actor)
         b_alloc: list[list[Any]] = []
@@ -192,12 +185,12 @@ def main(state: Path, out: Path) -> None:
                 b_alloc.append(st["allocation"])
             return bool(st["state"] in ("SUCCEEDED", "FAILED", "REJECTED", "CANCELLED"))
 
-        wait(b_done, "B to finish", 420, seen)
+        wait(b_done, "B to finish", 420)
         result["b"] = {"final": b.status(), "allocations": b_alloc,
                        "events": ray.get(actor.job_events.remote(b.job_id))}
         result["a_state_before_cancel"] = a.status()["state"]
         a.cancel()
-        wait(lambda: set(look()) <= head, "the launched node to go when idle", 240, seen)
+        wait(lambda: set(look()) <= head, "the launched node to go when idle", 240)
         result["events"] = ray.get(actor.recent_events.remote())
     finally:
         out.write_text(json.dumps(result, indent=1, default=str))
