@@ -142,6 +142,27 @@ def gpu_nodes() -> dict[str, str]:
             for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU", 0) > 0}
 
 
+def diagnose(cluster: LocalAutoscalingCluster, result: dict[str, Any]) -> dict[str, Any]:
+    """The jobs' states and events, the scheduler's last events and the autoscaler's view of the
+    cluster (launches, pending requests, failures), each best effort."""
+    from ray.autoscaler.v2.sdk import get_cluster_status
+
+    got: dict[str, Any] = {}
+    probes: dict[str, Any] = {
+        "jobs": lambda: ray.get(sdk.connect().status.remote(), timeout=30),
+        "events": lambda: ray.get(sdk.connect().recent_events.remote(), timeout=30),
+        "autoscaler": lambda: str(get_cluster_status(cluster.address)),
+        "nodes": lambda: [{k: n.get(k) for k in ("NodeID", "Alive", "Resources", "Labels")}
+                          for n in ray.nodes()],
+    }
+    for name, probe in probes.items():
+        try:
+            got[name] = probe()
+        except Exception as e:  # a diagnosis must not hide the failure
+            got[name] = f"{type(e).__name__}: {e}"
+    return got
+
+
 def main(state: Path, out: Path) -> None:
     os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
     os.environ.setdefault("TIDAL_STORAGE", str(state / "runs"))
@@ -192,6 +213,9 @@ def main(state: Path, out: Path) -> None:
         a.cancel()
         wait(lambda: set(look()) <= head, "the launched node to go when idle", 240)
         result["events"] = ray.get(actor.recent_events.remote())
+    except BaseException:  # what a failure needs to be understood, in OUT.json
+        result["on_failure"] = diagnose(cluster, result)
+        raise
     finally:
         out.write_text(json.dumps(result, indent=1, default=str))
         ray.shutdown()
