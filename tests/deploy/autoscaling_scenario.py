@@ -130,6 +130,11 @@ class LocalAutoscalingCluster(AutoscalingCluster):
                     p.kill()
 
 
+def say(what: str) -> None:
+    """A progress line on stderr (the test shows it when the scenario fails)."""
+    print(f"{time.strftime('%H:%M:%S')} {what}", file=sys.stderr, flush=True)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("", 0))
@@ -168,6 +173,7 @@ def main(state: Path, out: Path) -> None:
     os.environ.setdefault("TIDAL_STORAGE", str(state / "runs"))
     cluster = LocalAutoscalingCluster(CONFIG, free_port())
     cluster.start()
+    say(f"head up at {cluster.address}")
     seen: list[dict[str, Any]] = []
     result: dict[str, Any] = {"nodes": seen}
     try:
@@ -182,6 +188,7 @@ def main(state: Path, out: Path) -> None:
                               profile_steps=1, profile_gpus=0.0, cpus_per_worker=0.5,
                               policy=PolicyConfig(aging_s=1e6), autoscaling_config=cluster.file)
         actor = sdk.connect(cfg)
+        say("connected; the scheduler is up")
         head = set(gpu_nodes())
         result["head"] = sorted(head)
 
@@ -189,19 +196,25 @@ def main(state: Path, out: Path) -> None:
             now = gpu_nodes()
             if not seen or seen[-1]["nodes"] != now:
                 seen.append({"t": time.time(), "nodes": now})
+                say(f"GPU nodes: {sorted(now.values())}")
             return now
 
         a = sdk.JobHandle(ray.get(actor.submit.remote(tiny_gpt_spec(
             name="autoscale-a", total_steps=10**6, min_gpus=2, max_gpus=2, checkpoint_every=200,
             guaranteed=True, requested_gpus=2, plan=Plan(dp=2, zero_stage=1, micro_batch=4)))), actor)
         wait(lambda: look() and a.status()["state"] == "RUNNING", "A to run on the head", 240)
+        say("A runs")
         b = sdk.JobHandle(ray.get(actor.submit.remote(tiny_gpt_spec(
             name="autoscale-b", total_steps=150, min_gpus=4, max_gpus=4, seed=5))), actor)
         b_alloc: list[list[Any]] = []
+        b_last: list[tuple[str, str]] = [("", "")]
 
         def b_done() -> bool:
             look()
             st = b.status()
+            if (st["state"], st["reason"]) != b_last[-1]:
+                b_last.append((st["state"], st["reason"]))
+                say(f"B {st['state']} {st['reason']}")
             if st["state"] == "RUNNING" and st["allocation"] and st["allocation"] not in b_alloc:
                 b_alloc.append(st["allocation"])
             return bool(st["state"] in ("SUCCEEDED", "FAILED", "REJECTED", "CANCELLED"))
@@ -210,6 +223,7 @@ def main(state: Path, out: Path) -> None:
         result["b"] = {"final": b.status(), "allocations": b_alloc,
                        "events": ray.get(actor.job_events.remote(b.job_id))}
         result["a_state_before_cancel"] = a.status()["state"]
+        say(f"B ended {result['b']['final']['state']}; A cancelled")
         a.cancel()
         wait(lambda: set(look()) <= head, "the launched node to go when idle", 240)
         result["events"] = ray.get(actor.recent_events.remote())

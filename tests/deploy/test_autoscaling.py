@@ -8,17 +8,41 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import warnings
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def scenario(where: Path) -> dict[str, Any]:
+    """One run of the scenario on a cluster of its own: what it wrote, with its exit status and
+    whether it ended on a wait's timeout.
+
+    The scenario depends on Ray's autoscaler and a 2-core machine shared by five raylets; one
+    run in CI once waited 7 minutes for the job on the launched nodes (what it saw then was not
+    recorded: that is what `on_failure` is for). A timeout gets one more run, reported as a
+    warning; a wrong result fails at once."""
+    out, log = where / "out.json", where / "stderr.txt"
+    where.mkdir(parents=True)
+    with log.open("w") as err:  # a file, not a pipe: Ray's daemons may hold what they inherit
+        done = subprocess.run([sys.executable, "-m", "tests.deploy.autoscaling_scenario",
+                               str(where / "state"), str(out)], timeout=1200, cwd=ROOT, stderr=err)
+    text = log.read_text()
+    sys.stderr.write(text)
+    r: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {}
+    r["rc"] = done.returncode
+    r["timed_out"] = done.returncode != 0 and "timed out waiting" in text
+    r["stderr_tail"] = text[-3000:]
+    return r
+
+
 def test_job_larger_than_the_cluster_launches_nodes_that_go_when_idle(tmp_path: Path) -> None:
-    out = tmp_path / "out.json"
-    done = subprocess.run([sys.executable, "-m", "tests.deploy.autoscaling_scenario", str(tmp_path / "state"),
-                           str(out)], timeout=1200, cwd=ROOT)
-    r = json.loads(out.read_text()) if out.exists() else {}
-    assert done.returncode == 0, json.dumps(r, indent=1)  # what the scenario saw, to say why
+    r = scenario(tmp_path / "1")
+    if r.get("timed_out"):  # once more, on a fresh cluster; what the first saw stays in the report
+        warnings.warn(f"autoscaling scenario timed out once; it saw: {json.dumps(r)}", stacklevel=1)
+        r = scenario(tmp_path / "2")
+    assert r["rc"] == 0, json.dumps(r, indent=1)  # what the scenario saw, to say why
     head = set(r["head"])
     launched: dict[str, tuple[str, float]] = {}  # node → (pool, when first seen)
     for seen in r["nodes"]:
