@@ -7,7 +7,8 @@ Tidal's constants: does the policy win everywhere, not on one file?
 For each workload (the shared traces, their variants with 25%/50% guaranteed jobs and 0.5×/2×
 arrival rates, nine seeded synthetic ones) it prints avg JCT, makespan and guarantee violation
 (`tidal.sim.simulator.metrics`: seconds, summed over guaranteed jobs, from first start to
-completion that a job spent stopped or running below the true throughput of its own request)
+completion that a job spent stopped or running below the true throughput of its own request;
+also by cause: stopped, spread over more nodes than packed, or packed and over-predicted)
 for each policy, in the Rubick setting of `sim_compare.py`. Then Tidal's speedups over the
 Rubick re-implementation per workload, and their geometric mean and worst case. Then the
 sensitivity: the same two figures with each of Tidal's constants (`PolicyConfig`) moved one
@@ -27,7 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from tidal.core.policy import PolicyConfig
-from tidal.sim.simulator import POLICIES, SimConfig, Simulator
+from tidal.sim.simulator import POLICIES, VIOLATION_CAUSES, SimConfig, Simulator
 from tidal.sim.tables import Truth
 from tidal.sim.views import SimPlanner
 from tidal.sim.workload import SimJob, family
@@ -75,11 +76,18 @@ def main(argv: list[str] | None = None) -> int:
     mk = {n: r["rubick"]["makespan_s"] / r["tidal"]["makespan_s"] for n, r in results.items()}
     viol_ok = {n: r["tidal"]["guarantee_violation_s"] <= r["rubick"]["guarantee_violation_s"] + 1e-6
                for n, r in results.items()}
-    print(f"\n{'workload':<36}{'JCT speedup':>14}{'makespan sp.':>14}  violation tidal / rubick")
+    print(f"\n{'workload':<36}{'JCT speedup':>14}{'makespan sp.':>14}  violation tidal / rubick "
+          f"(each: {' + '.join(VIOLATION_CAUSES)})")
+
+    def causes(m: dict[str, float]) -> str:
+        return " + ".join(f"{m[f'guarantee_violation_{c}_s']:,.0f}" for c in VIOLATION_CAUSES)
+
     for n in results:
         v = results[n]
         print(f"{n:<36}{jct[n]:>14.3f}{mk[n]:>14.3f}  {v['tidal']['guarantee_violation_s']:,.0f} / "
-              f"{v['rubick']['guarantee_violation_s']:,.0f}" + ("" if viol_ok[n] else "  WORSE"))
+              f"{v['rubick']['guarantee_violation_s']:,.0f}" + ("" if viol_ok[n] else "  WORSE")
+              + (f"  ({causes(v['tidal'])} / {causes(v['rubick'])})" if v["tidal"]["guarantee_violation_s"]
+                 or v["rubick"]["guarantee_violation_s"] else ""))
 
     if not args.no_sensitivity:
         print("\nsensitivity of Tidal's constants (one at a time; JCT and makespan speedup vs rubick)")

@@ -139,3 +139,6 @@ def test_a_guaranteed_job_stopped_after_its_start_is_in_violation(
     g = next(j for j in r.jobs if j.name == "g-0")
     assert g.start == 120.0
     assert g.violation_s == pytest.approx(120.0)  # the two stopped rounds, not the wait
+    assert dict(g.violation_by) == pytest.approx({"stopped": 120.0})  # its cause
+    assert r.metrics["guarantee_violation_stopped_s"] == pytest.approx(120.0)
+    assert r.metrics["guarantee_violation_spread_s"] == r.metrics["guarantee_violation_model_s"] == 0.0

@@ -26,6 +26,11 @@ violation, defined once for every policy:
     floor = the true throughput of the job's own plan on its requested GPUs, packed on the
             fewest nodes (the Rubick guarantee, at threshold 1.0)
 
+Each violating second has one of three causes, reported apart (`guarantee_violation_<cause>_s`):
+`stopped`; `spread`, an allocation below the floor over more nodes than its GPUs packed need
+(the floor is measured packed); `model`, a packed allocation below the floor (the policy chose
+an option the model over-predicted).
+
 Waiting before the first start is admission control (queueing), not a violation; a restart
 onto an allocation at or above the floor is a permitted reconfiguration. The threshold is 1.0,
 not the Rubick artifact's 2/3: a job promised what it asked for should never run slower than
@@ -72,6 +77,9 @@ class Views(Protocol):
 
     def options(self, job: SimJob, kind: Kind) -> tuple[Option, ...]: ...
     def requested_throughput(self, job: SimJob) -> float: ...
+
+
+VIOLATION_CAUSES = ("stopped", "spread", "model")  # module docstring
 
 
 class CapacityError(AssertionError):
@@ -132,6 +140,7 @@ class _Job:
     evicted: bool = False  # stopped by a reclaim, not relaunched yet
     attained: float = 0.0
     violation_s: float = 0.0
+    violation_by: dict[str, float] = field(default_factory=dict)  # cause → seconds (module docstring)
     correction: Correction = field(default_factory=Correction)
 
 
@@ -146,6 +155,7 @@ class JobRecord:
     steps: int
     isolated_s: float  # a lower bound: restart_s + steps × the app's fastest measured iteration
     violation_s: float = 0.0  # time it ran below its guarantee (guaranteed jobs)
+    violation_by: tuple[tuple[str, float], ...] = ()  # (cause, seconds): stopped, spread, model
 
     @property
     def jct(self) -> float:
@@ -266,11 +276,16 @@ class Simulator:
             if not actions.stop:
                 break
 
+    @staticmethod
+    def _violate(job: _Job, cause: str, dt: float) -> None:
+        job.violation_s += dt
+        job.violation_by[cause] = job.violation_by.get(cause, 0.0) + dt
+
     def _advance(self, t0: float, t1: float, active: dict[str, _Job], result: SimResult) -> None:
         for jid, job in list(active.items()):
             if job.phase is not JobState.RUNNING or job.alloc is None:
                 if job.true_floor is not None and job.started is not None:
-                    job.violation_s += t1 - t0  # a guaranteed job stopped after its admission
+                    self._violate(job, "stopped", t1 - t0)  # stopped after its admission
                 continue
             start = max(t0, job.blocked_until)
             end = t1
@@ -288,7 +303,8 @@ class Simulator:
                                              measured=job.rate * self.truth.global_batch(job.spec.app),
                                              dt=end - start, cfg=self.cfg.correction)
             if job.true_floor is not None and job.rate < job.true_floor * (1 - 1e-9):
-                job.violation_s += end - t0  # its restart too: it holds GPUs below its floor
+                spread = len(job.alloc.gpus_by_node) > len(packed(job.alloc.gpus, self.cfg.gpus_per_node))
+                self._violate(job, "spread" if spread else "model", end - t0)  # its restart too
             job.attained += job.alloc.gpus * (end - t0)
             if job.finished is not None:
                 result.timeline.append((end, jid, 0))
@@ -310,7 +326,7 @@ class Simulator:
         return JobRecord(name=job.spec.name, app=app, submit=job.spec.submit, start=job.started,
                          finish=job.finished, restarts=job.restarts + job.recalls, steps=job.spec.steps,
                          isolated_s=self.cfg.restart_s + job.spec.steps * self._fastest[app],
-                         violation_s=job.violation_s)
+                         violation_s=job.violation_s, violation_by=tuple(sorted(job.violation_by.items())))
 
     # -- the loop -----------------------------------------------------------------------
 
@@ -381,5 +397,7 @@ def metrics(result: SimResult, capacity: int) -> dict[str, float]:
         "gpu_util": float(held / (capacity * makespan)) if makespan > 0 else 0.0,
         "restarts_per_job": float(np.mean([j.restarts for j in jobs])),
         "guarantee_violation_s": float(sum(j.violation_s for j in jobs)),
+        **{f"guarantee_violation_{c}_s": float(sum(dict(j.violation_by).get(c, 0.0) for j in jobs))
+           for c in VIOLATION_CAUSES},
         "jobs": float(len(jobs)),
     }
