@@ -71,6 +71,10 @@ def _check_invariants(snap: Snapshot, d: Decision) -> None:
         assert a.plan == opt.plan and a.plan.dp == a.gpus
         if j.guarantee is not None:
             assert opt.samples_per_s >= j.guarantee - 1e-9, f"{jid} runs below its guarantee"
+            if a != j.current:  # placed now: on as few nodes as its GPUs packed need
+                sizes = sorted((n.gpus for n in snap.nodes if not n.recallable), reverse=True)
+                packed = next(k for k in range(1, len(sizes) + 1) if sum(sizes[:k]) >= a.gpus)
+                assert len(a.gpus_by_node) <= packed, f"{jid} spread over {a.gpus_by_node}"
         for nid, g in a.gpus_by_node:
             assert g > 0
             used_g[nid] += g
@@ -322,3 +326,22 @@ def test_a_job_placement_cannot_host_does_not_hold_gpus_from_others() -> None:
         Option(gpus=4, plan=Plan(dp=4, micro_batch=2), samples_per_s=1e4, cpus_per_gpu=1.0),))
     d = decide(Snapshot(nodes=node, jobs=(a, b)))
     assert set(d.allocations) == {"A"} and "CPU" in d.reasons["B"], d.reasons
+
+
+def test_a_guaranteed_job_is_not_spread_thinner_than_its_request() -> None:
+    """The floor's throughput is its request's, packed: G (4 GPUs) would fit only as 2 + 2 next
+    to the running A and B, so it waits (its reason says why) and C takes the free GPUs it left;
+    on an empty node it runs packed."""
+    nodes = (Node(node_id="a", gpus=4), Node(node_id="b", gpus=4))
+    a = _job("A", 0, [2], [100], current=Allocation(gpus_by_node=(("a", 2),), plan=Plan(dp=2, micro_batch=4)),
+             remaining_samples=1e6)
+    b = _job("B", 1, [2], [100], current=Allocation(gpus_by_node=(("b", 2),), plan=Plan(dp=2, micro_batch=4)),
+             remaining_samples=1e6)
+    g = _job("G", 2, [4], [300], guarantee=300.0)
+    c = _job("C", 3, [1, 2], [50, 90], remaining_samples=1e6)
+    d = decide(Snapshot(nodes=nodes, jobs=(a, b, g, c)))
+    assert "G" not in d.allocations and "few nodes" in d.reasons["G"], d.reasons
+    assert d.allocations["A"].gpus_by_node == (("a", 2),) and d.allocations["B"].gpus_by_node == (("b", 2),)
+    assert d.allocations["C"].gpus == 2  # what G could not use is not left idle
+    d = decide(Snapshot(nodes=(*nodes, Node(node_id="c", gpus=4)), jobs=(a, b, g, c)))
+    assert d.allocations["G"].gpus_by_node == (("c", 4),)
