@@ -345,3 +345,24 @@ def test_a_guaranteed_job_is_not_spread_thinner_than_its_request() -> None:
     assert d.allocations["C"].gpus == 2  # what G could not use is not left idle
     d = decide(Snapshot(nodes=(*nodes, Node(node_id="c", gpus=4)), jobs=(a, b, g, c)))
     assert d.allocations["G"].gpus_by_node == (("c", 4),)
+
+
+def test_a_floor_the_model_alone_vouches_for_needs_the_margin() -> None:
+    """G asked for its own plan on 4 GPUs (300 samples/s, its guarantee). The planner predicts
+    2 GPUs at 310 (within the 10% margin: the model may be wrong) and a better plan on 4 GPUs at
+    320 (also within it): its floor is its own request, on 4 GPUs. Predicted at 400 on 2 GPUs,
+    the model's edge is wide enough and 2 GPUs are its floor."""
+    own = Plan(dp=1, tp=4, micro_batch=8)
+    request = Option(gpus=4, plan=own, samples_per_s=300.0)
+    nodes = (Node(node_id="a", gpus=4),)
+
+    def floor(two: float) -> Allocation:
+        g = JobView(job_id="G", arrival=0.0, guarantee=300.0, requested=request, remaining_samples=1e3,
+                    options=(Option(gpus=2, plan=Plan(dp=2, micro_batch=4), samples_per_s=two),
+                             Option(gpus=4, plan=Plan(dp=4, micro_batch=2), samples_per_s=320.0)))
+        other = _job("B", 1, [1, 2, 4], [200, 390, 700], remaining_samples=1e9)  # wants every GPU
+        d = decide(Snapshot(nodes=nodes, jobs=(g, other), config=PolicyConfig(guarantee_margin=0.1)))
+        return d.allocations["G"]
+
+    assert floor(310.0) == Allocation(gpus_by_node=(("a", 4),), plan=own)
+    assert floor(400.0).gpus == 2

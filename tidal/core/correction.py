@@ -8,7 +8,8 @@ keeps a smoothed ratio per job and scales every option of the job by it:
     r_obs   = measured / predicted                      (the option the run is under)
     log r  ← log r + a · (log r_obs − log r),   a = 1 − 2^(−dt / half_life_s)
     option' = option · r     for every GPU count (the bias is the job's: model, data, kernels)
-    guarantee' = guarantee · r                           (the same model predicted it)
+    guarantee' = guarantee · r                           (the same model predicted it; and the
+                                                          request's option, whose throughput it is)
 
 in log space, so a 3× over- and a 3× under-estimate weigh alike. The ratio survives plan and
 GPU-count changes (it is the job's, not the plan's) and restarts of the scheduler (the caller
@@ -61,4 +62,6 @@ def corrected(job: JobView, c: Correction) -> JobView:
         return job
     options = tuple(replace(o, samples_per_s=o.samples_per_s * c.ratio) for o in job.options)
     guarantee = None if job.guarantee is None else job.guarantee * c.ratio
-    return replace(job, options=options, guarantee=guarantee)
+    requested = None if job.requested is None else replace(
+        job.requested, samples_per_s=job.requested.samples_per_s * c.ratio)
+    return replace(job, options=options, guarantee=guarantee, requested=requested)

@@ -625,8 +625,12 @@ class Scheduler:
                 current = Allocation(gpus_by_node=tuple((n, int(g)) for n, g in r.allocation),
                                      plan=Plan.from_dict(r.plan))
             remaining = float(max(0, spec.total_steps - r.step) * spec.global_batch)
+            requested = None
+            if r.guarantee is not None and spec.plan is not None and spec.requested_gpus is not None:
+                requested = Option(gpus=spec.requested_gpus, plan=spec.plan, samples_per_s=r.guarantee,
+                                   cpus_per_gpu=r.options[0].cpus_per_gpu if r.options else 0.0)
             view = JobView(job_id=r.job_id, arrival=r.submitted, options=r.options,
-                           guarantee=r.guarantee, current=current, restarts=r.restarts,
+                           guarantee=r.guarantee, requested=requested, current=current, restarts=r.restarts,
                            restart_cost_s=self.cfg.restart_cost_s, remaining_samples=remaining)
             views.append(corrected(view, Correction(ratio=r.sps_ratio)))
         return views

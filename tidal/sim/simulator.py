@@ -127,6 +127,7 @@ class _Job:
     spec: SimJob
     options: tuple[Any, ...]
     guarantee: float | None  # predicted samples/s the policy must keep (guaranteed jobs)
+    requested: Option | None  # its own plan on its requested GPUs (guaranteed jobs)
     true_floor: float | None  # true iterations/s of the request (violations are measured on it)
     phase: JobState = JobState.QUEUED
     alloc: Allocation | None = None
@@ -206,18 +207,19 @@ class Simulator:
     def _admit(self, j: SimJob) -> _Job:
         cap = self.cfg.nodes * self.cfg.gpus_per_node
         options = tuple(o for o in self.planner.options(j, self.policy.kind) if o.gpus <= cap)
-        guarantee = floor = None
+        guarantee = floor = requested = None
         if j.is_sla:
             guarantee = self.planner.requested_throughput(j)
-            own = next((o.plan for o in self.planner.options(j, "static")), None)
-            assert own is not None
-            floor = 1.0 / self.truth.plan_time(j.app, own, packed(j.num_gpus, self.cfg.gpus_per_node))
-        return _Job(spec=j, options=options, guarantee=guarantee, true_floor=floor)
+            requested = next(iter(self.planner.options(j, "static")), None)  # its own plan, requested GPUs
+            assert requested is not None
+            per_node = packed(j.num_gpus, self.cfg.gpus_per_node)
+            floor = 1.0 / self.truth.plan_time(j.app, requested.plan, per_node)
+        return _Job(spec=j, options=options, guarantee=guarantee, true_floor=floor, requested=requested)
 
     def _view(self, job: _Job) -> JobView:
         b = self.truth.global_batch(job.spec.app)
         view = JobView(job_id=job.spec.name, arrival=job.spec.submit, options=job.options,
-                       guarantee=job.guarantee,
+                       guarantee=job.guarantee, requested=job.requested,
                        current=job.alloc if job.phase is JobState.RUNNING else None,
                        restarts=job.restarts, restart_cost_s=self.cfg.restart_s,
                        remaining_samples=max(0.0, job.spec.steps - job.iters) * b,
