@@ -19,6 +19,7 @@ from tidal.core.policy import (
     _knapsack_dp,
     _knapsack_greedy,
     decide,
+    predicted,
     utilities,
     utility,
 )
@@ -366,3 +367,14 @@ def test_a_floor_the_model_alone_vouches_for_needs_the_margin() -> None:
 
     assert floor(310.0) == Allocation(gpus_by_node=(("a", 4),), plan=own)
     assert floor(400.0).gpus == 2
+
+
+def test_what_an_allocation_was_predicted_to_run_at() -> None:
+    """`predicted`: the option with the allocation's GPUs and plan, or the job's own request
+    (what the correction divides the measured samples/s by)."""
+    own = Option(gpus=4, plan=Plan(dp=1, tp=4, micro_batch=8), samples_per_s=300.0)
+    j = JobView(job_id="G", arrival=0.0, guarantee=300.0, requested=own,
+                options=(Option(gpus=4, plan=Plan(dp=4, micro_batch=2), samples_per_s=320.0),))
+    assert predicted(j, Allocation(gpus_by_node=(("a", 4),), plan=own.plan)) == 300.0
+    assert predicted(j, Allocation(gpus_by_node=(("a", 4),), plan=Plan(dp=4, micro_batch=2))) == 320.0
+    assert predicted(j, Allocation(gpus_by_node=(("a", 2),), plan=Plan(dp=2, micro_batch=4))) == 0.0

@@ -16,7 +16,7 @@ inference pool is Serve's to size. The scheduler sends a request only when it ch
 
 from __future__ import annotations
 
-from tidal.core.policy import Decision, Snapshot, guarantee_index
+from tidal.core.policy import Decision, Snapshot, guarantee_index, guarded
 
 Bundle = dict[str, float]
 
@@ -27,14 +27,15 @@ def node_request(snapshot: Snapshot, decision: Decision) -> tuple[Bundle, ...]:
     if not waiting:
         return ()
     lent = {n.node_id for n in snapshot.nodes if n.recallable}
-    by_id = {j.job_id: j for j in snapshot.jobs}
+    margin = snapshot.config.guarantee_margin
+    by_id = {j.job_id: guarded(j, margin) for j in snapshot.jobs}  # the options `decide` chose from
     out: list[Bundle] = []
     for jid, a in sorted(decision.allocations.items()):
         opt = next(o for o in by_id[jid].options if o.gpus == a.gpus)
         owned = sum(g for nid, g in a.gpus_by_node if nid not in lent)
         out += [_bundle(opt.cpus_per_gpu)] * owned
-    for j in sorted(waiting, key=lambda j: (j.arrival, j.job_id)):
-        i = guarantee_index(j, snapshot.config.guarantee_margin)
+    for j in sorted((by_id[j.job_id] for j in waiting), key=lambda j: (j.arrival, j.job_id)):
+        i = guarantee_index(j, margin)
         opt = j.options[i if i is not None else 0]
         out += [_bundle(opt.cpus_per_gpu)] * opt.gpus
     return tuple(out)

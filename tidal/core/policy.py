@@ -256,6 +256,15 @@ def guarded(job: JobView, margin: float) -> JobView:
     return replace(job, options=options)
 
 
+def predicted(job: JobView, alloc: Allocation) -> float:
+    """The predicted samples/s of what `alloc` runs: the option with its GPUs and plan, or the
+    job's own request (`guarded` may put it in the option's place); 0 if neither."""
+    for o in (*job.options, *((job.requested,) if job.requested is not None else ())):
+        if o.gpus == alloc.gpus and o.plan == alloc.plan:
+            return o.samples_per_s
+    return 0.0
+
+
 def current_index(job: JobView) -> int | None:
     """The option the job runs now (by GPU count), None if it waits."""
     if job.current is None:

@@ -51,7 +51,7 @@ from tidal.autoscaler.reclaim import Borrower, choose_reclaim
 from tidal.core.autoscale import node_request
 from tidal.core.controller import ActionRecord, reconcile_step
 from tidal.core.correction import Correction, CorrectionConfig, corrected, observe
-from tidal.core.policy import Allocation, Decision, JobView, Node, Option, PolicyConfig, Snapshot
+from tidal.core.policy import Allocation, Decision, JobView, Node, Option, PolicyConfig, Snapshot, predicted
 from tidal.jobs.checkpoint import read_meta
 from tidal.jobs.spec import JobSpec, Plan, SpecError
 from tidal.planner.jobplan import Cluster, ProfileConfig, check_fits
@@ -616,6 +616,21 @@ class Scheduler:
         self.store.transition(jid, JobState.FAILED, first, error=error, allocation=None, finished=time.time())
         self._event(f"{jid} FAILED: {type(e).__name__}")
 
+    def _predicted(self, r: JobRecord, a: Allocation) -> float:
+        """The model's samples/s for what `a` runs, uncorrected (the correction's denominator):
+        its option, or the job's own request (the policy may run a guaranteed job on it)."""
+        view = JobView(job_id=r.job_id, arrival=r.submitted, options=r.options, requested=self._requested(r))
+        return predicted(view, a)
+
+    def _requested(self, r: JobRecord) -> Option | None:
+        """A guaranteed job's own request as an option: its plan on its requested GPUs, at the
+        guarantee (the model's samples/s for exactly that)."""
+        spec = self._spec(r)
+        if r.guarantee is None or spec.plan is None or spec.requested_gpus is None:
+            return None
+        return Option(gpus=spec.requested_gpus, plan=spec.plan, samples_per_s=r.guarantee,
+                      cpus_per_gpu=r.options[0].cpus_per_gpu if r.options else 0.0)
+
     def _views(self, recs: list[JobRecord]) -> list[JobView]:
         views = []
         for r in recs:
@@ -625,12 +640,8 @@ class Scheduler:
                 current = Allocation(gpus_by_node=tuple((n, int(g)) for n, g in r.allocation),
                                      plan=Plan.from_dict(r.plan))
             remaining = float(max(0, spec.total_steps - r.step) * spec.global_batch)
-            requested = None
-            if r.guarantee is not None and spec.plan is not None and spec.requested_gpus is not None:
-                requested = Option(gpus=spec.requested_gpus, plan=spec.plan, samples_per_s=r.guarantee,
-                                   cpus_per_gpu=r.options[0].cpus_per_gpu if r.options else 0.0)
-            view = JobView(job_id=r.job_id, arrival=r.submitted, options=r.options,
-                           guarantee=r.guarantee, requested=requested, current=current, restarts=r.restarts,
+            view = JobView(job_id=r.job_id, arrival=r.submitted, options=r.options, guarantee=r.guarantee,
+                           requested=self._requested(r), current=current, restarts=r.restarts,
                            restart_cost_s=self.cfg.restart_cost_s, remaining_samples=remaining)
             views.append(corrected(view, Correction(ratio=r.sps_ratio)))
         return views
@@ -674,11 +685,11 @@ class Scheduler:
                 r = by_id[jid]
                 run_id = f"{jid}-r{r.restarts}"
                 self.executor.launch(jid, self._spec(r), a, r.checkpoint, run_id)
-                opt = next(o for o in r.options if o.gpus == a.gpus)
+                sps = self._predicted(r, a)
                 self.store.transition(jid, JobState.RUNNING,
                                       f"launched {a.plan.short()} on {dict(a.gpus_by_node)}",
                                       plan=a.plan.to_dict(), allocation=[[n, g] for n, g in a.gpus_by_node],
-                                      run_id=run_id, predicted_sps=opt.samples_per_s)
+                                      run_id=run_id, predicted_sps=sps)
                 self._log_action("launch", jid, list(a.gpus_by_node), a.plan.short())
                 self._event(f"{jid} launched: {a.plan.short()} on {dict(a.gpus_by_node)}")
 

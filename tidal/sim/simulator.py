@@ -300,8 +300,10 @@ class Simulator:
                 else:
                     job.iters += (t1 - start) * job.rate
                 if self.cfg.correction is not None and self.policy.corrected:  # the table's as measured
-                    predicted = next((o.samples_per_s for o in job.options if o.gpus == job.alloc.gpus), 0.0)
-                    job.correction = observe(job.correction, predicted=predicted,
+                    view = JobView(job_id=jid, arrival=job.spec.submit, options=job.options,
+                                   requested=job.requested)
+                    said = tidal_policy.predicted(view, job.alloc)
+                    job.correction = observe(job.correction, predicted=said,
                                              measured=job.rate * self.truth.global_batch(job.spec.app),
                                              dt=end - start, cfg=self.cfg.correction)
             if job.true_floor is not None and job.rate < job.true_floor * (1 - 1e-9):
