@@ -39,3 +39,13 @@ def test_lent_gpus_are_not_asked_for() -> None:
     held = sum(a.gpus for a in d.allocations.values())
     lent_held = sum(g for a in d.allocations.values() for n, g in a.gpus_by_node if n == "lent")
     assert len(node_request(snap, d)) == held - lent_held + 4 * (2 - len(d.allocations))
+
+
+def test_jobs_whose_runs_ask_for_themselves_are_not_asked_for_twice() -> None:
+    jobs = (_job("A", 0, [4]), _job("B", 1, [2, 4], cpus=2.0), _job("C", 2, [2, 4], guarantee=300.0))
+    snap = Snapshot(nodes=(Node(node_id="a", gpus=4, cpus=64),), jobs=jobs)
+    d = decide(snap)
+    whole = node_request(snap, d)
+    assert len(node_request(snap, d, registered=frozenset({"C"}))) == len(whole) - 4
+    # a registered job that waits (its run stopped) still asks for its floor
+    assert node_request(snap, d, registered=frozenset({"A", "B"})) == whole

@@ -10,8 +10,9 @@ which honours the node request's label selector (training pool only). The head i
 training node. Job A, guaranteed its 2 GPUs (so the policy does not stop it for B, the shorter
 job), takes both of the head's GPUs and keeps training. Job B needs 4 GPUs, more than the
 cluster has: admission sizes it against the nodes the autoscaler may launch (the scheduler is
-given the config), so it queues; the scheduler asks for A's and B's GPUs
-(`tidal.core.autoscale.node_request`); the autoscaler launches two `training_gpu` nodes; B runs
+given the config), so it queues; the scheduler asks for B's GPUs
+(`tidal.core.autoscale.node_request`; A's are in its Ray Train run's registration with the same
+`AutoscalingCoordinator`); the autoscaler launches two `training_gpu` nodes; B runs
 there and finishes; A is cancelled; the idle nodes are terminated. Writes the nodes seen over
 time, B's allocations and the scheduler's events to OUT.json (the test asserts on them).
 """

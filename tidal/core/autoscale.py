@@ -11,7 +11,13 @@ whole training demand when jobs wait:
 
 and nothing (`()`, which withdraws the request) when no job waits. Idle nodes then scale down
 by the autoscaler's own idle timeout. Bundles on lent (inference) GPUs are not asked for: the
-inference pool is Serve's to size. The scheduler sends a request only when it changes.
+inference pool is Serve's to size.
+
+The request has two writers in Ray 2.60: Ray Train V2 registers every run's workers with
+Ray's `AutoscalingCoordinator` actor, which merges all its requesters' bundles and resends them
+through `request_resources` every 20 s, replacing whatever anyone else asked for. So Tidal
+registers there too (`tidal.platform.scheduler`), and leaves out the jobs whose runs Ray Train
+already registers (`registered`): their running workers would be asked for twice.
 """
 
 from __future__ import annotations
@@ -21,8 +27,10 @@ from tidal.core.policy import Decision, Snapshot, guarantee_index, guarded
 Bundle = dict[str, float]
 
 
-def node_request(snapshot: Snapshot, decision: Decision) -> tuple[Bundle, ...]:
-    """The bundles to request (module docstring); `()` when nothing waits."""
+def node_request(snapshot: Snapshot, decision: Decision,
+                 registered: frozenset[str] = frozenset()) -> tuple[Bundle, ...]:
+    """The bundles to request (module docstring); `()` when nothing waits. Jobs in `registered`
+    (their Ray Train runs ask for their workers themselves) add nothing for what they hold."""
     waiting = [j for j in snapshot.jobs if j.job_id not in decision.allocations]
     if not waiting:
         return ()
@@ -31,6 +39,8 @@ def node_request(snapshot: Snapshot, decision: Decision) -> tuple[Bundle, ...]:
     by_id = {j.job_id: guarded(j, margin) for j in snapshot.jobs}  # the options `decide` chose from
     out: list[Bundle] = []
     for jid, a in sorted(decision.allocations.items()):
+        if jid in registered:
+            continue
         opt = next(o for o in by_id[jid].options if o.gpus == a.gpus)
         owned = sum(g for nid, g in a.gpus_by_node if nid not in lent)
         out += [_bundle(opt.cpus_per_gpu)] * owned

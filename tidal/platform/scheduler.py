@@ -68,6 +68,9 @@ log = logging.getLogger("tidal.scheduler")
 LOG_LIMIT = 10_000  # entries kept of the actor's action and placement logs
 
 SCHEDULER_NAME = "tidal-scheduler"
+NODE_REQUESTER = "tidal-scheduler"  # Tidal's requester id with Ray's AutoscalingCoordinator
+NODE_REQUEST_TTL_S = 300.0  # a node request outlives a dead scheduler this long
+NODE_REQUEST_REFRESH_S = 60.0  # resent this often while it stands
 NAMESPACE = "tidal"
 
 
@@ -134,6 +137,7 @@ class Scheduler:
         # the last node request sent (None: none yet, so the first decision replaces whatever a
         # predecessor asked for)
         self.node_request: tuple[dict[str, float], ...] | None = None
+        self.node_request_at = float("-inf")  # when it was last sent (time.monotonic)
         self.observed: dict[str, float] = {}  # job → when its run's throughput was last observed
         self._incarnation = uuid.uuid4().hex  # this actor's life: a restart is another
         self._recover()
@@ -660,6 +664,8 @@ class Scheduler:
             recs = [r for r in self.store.all() if r.state.scheduled]
             nodes = without(self._nodes(ray_nodes), self._reservations())
             profiles = self._profile_bundles()
+            # runs Ray Train registers with the autoscaler itself (tidal.core.autoscale)
+            registered = frozenset(r.job_id for r in recs if r.state in (JobState.RUNNING, JobState.STOPPING))
             if not recs:  # nothing to schedule: ask only for waiting profiles (or withdraw)
                 self._request_nodes(profiles)
                 return
@@ -667,13 +673,13 @@ class Scheduler:
                                 config=self.cfg.policy)
             if not nodes:  # no training capacity at all: every job waits
                 nothing = Decision(allocations={}, reasons={}, recall_loss={}, changed=())
-                self._request_nodes(node_request(snapshot, nothing) + profiles)
+                self._request_nodes(node_request(snapshot, nothing, registered) + profiles)
                 return
             actions = reconcile_step(snapshot, {r.job_id: r.state for r in recs})  # waits while one stops
             decision = actions.decision
             if decision is not None:
                 self.reasons = dict(decision.reasons)
-                self._request_nodes(node_request(snapshot, decision) + profiles)
+                self._request_nodes(node_request(snapshot, decision, registered) + profiles)
             by_id = {r.job_id: r for r in recs}
             for jid in actions.stop:
                 r = by_id[jid]
@@ -694,21 +700,42 @@ class Scheduler:
                 self._event(f"{jid} launched: {a.plan.short()} on {dict(a.gpus_by_node)}")
 
     def _request_nodes(self, bundles: tuple[dict[str, float], ...]) -> None:
-        """Send the node request to Ray's autoscaler when it changes (`()` withdraws it)."""
-        if not self.cfg.autoscale or bundles == self.node_request:
+        """Register the node request with Ray's `AutoscalingCoordinator` (`()` withdraws it).
+
+        Not `ray.autoscaler.sdk.request_resources` directly: that call replaces the cluster's one
+        request, and the coordinator, which Ray Train V2 registers every run's workers with,
+        resends its merge every 20 s, so a direct request lasted at most 20 s (the autoscaling
+        test saw a job wait 7 minutes for nodes never launched). Sent when it changes, and again
+        every `NODE_REQUEST_REFRESH_S` to keep it from expiring (`NODE_REQUEST_TTL_S` after the
+        scheduler dies).
+        """
+        now = time.monotonic()
+        if not self.cfg.autoscale or (bundles == self.node_request
+                                      and now - self.node_request_at < NODE_REQUEST_REFRESH_S):
             return
-        from ray.autoscaler.sdk import request_resources
+        from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import (
+            ResourceRequestPriority,
+            get_or_create_autoscaling_coordinator,
+        )
 
         try:  # each bundle on the training pool: Ray's autoscaler v2 honours the selector, v1 ignores it
-            request_resources(bundles=[dict(b) for b in bundles],
-                              bundle_label_selectors=[dict(TRAINING_SELECTOR) for _ in bundles] or None)
+            coordinator = get_or_create_autoscaling_coordinator()
+            if bundles:
+                done = coordinator.request_resources.remote(
+                    requester_id=NODE_REQUESTER, resources=[dict(b) for b in bundles],
+                    label_selectors=[dict(TRAINING_SELECTOR) for _ in bundles],
+                    expire_after_s=NODE_REQUEST_TTL_S, priority=ResourceRequestPriority.HIGH)
+            else:
+                done = coordinator.cancel_request.remote(NODE_REQUESTER)
+            ray.get(done, timeout=10)
         except Exception as e:  # no autoscaler to take it: nothing else to do
             self._event(f"autoscaler request failed: {e}")
             return
-        self.node_request = bundles
-        gpus = sum(b.get("GPU", 0.0) for b in bundles)
-        self._event(f"asked the autoscaler for {gpus:g} GPUs in {len(bundles)} bundles" if bundles
-                    else "withdrew the autoscaler request: nothing waits")
+        changed, self.node_request, self.node_request_at = bundles != self.node_request, bundles, now
+        if changed:
+            gpus = sum(b.get("GPU", 0.0) for b in bundles)
+            self._event(f"asked the autoscaler for {gpus:g} GPUs in {len(bundles)} bundles" if bundles
+                        else "withdrew the autoscaler request: nothing waits")
 
     def _log_action(self, kind: str, job_id: str, gpus: list[tuple[str, int]], plan: str) -> None:
         self.action_log.append((time.time(), kind, job_id, tuple(gpus), plan))
