@@ -14,6 +14,11 @@ one replica's measured capacity (`tidal.serving.app.REPLICA_RPS`). All three arm
 policy (`tidal.core.policy.decide`); only the inference pool's loans differ
 (`tidal.sim.serving`).
 
+Before them, the ceiling: the same policy on a training cluster that owns the inference pool's
+nodes outright (no serving at all). No loaning scheme can beat it, so `loan_jct_ceiling` and
+`loan_queue_ceiling` say what a workload leaves to win (a workload whose queue is jobs larger
+than the lendable GPUs leaves little).
+
 Prints each arm's metrics, then `loan_jct_speedup` (no-loan avg JCT ÷ Tidal's),
 `queue_speedup` (no-loan avg queueing ÷ Tidal's), `utilization_gain_points` (all 96 GPUs, Tidal
 minus no-loan, percentage points), `preemptions_per_job` of both loaning arms, and last
@@ -26,6 +31,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from tidal.serving.app import REPLICA_RPS
@@ -96,6 +102,12 @@ def main(argv: list[str] | None = None) -> int:
     pool_gpus = args.inference_nodes * 8
     rates = demand_series(arrivals, span, interval, peak_rps=pool_gpus * args.replica_rps,
                           envelope=Envelope(period_s=min(86_400.0, span), phase=args.phase))
+    t = time.time()
+    whole = replace(cfg, nodes=cfg.nodes + args.inference_nodes)
+    owned = Simulator(jobs, truth, planner, policy, whole).run()
+    print(f"ceiling: {whole.nodes} training nodes, no serving: avg JCT "
+          f"{owned.metrics['avg_jct_s']:,.0f} s, queue {owned.metrics['avg_queue_s']:,.0f} s "
+          f"({time.time() - t:.1f} s)", flush=True)
     print(f"serving demand: {len(rates)} intervals, "
           f"mean {rates.mean() / args.replica_rps:.1f} replicas, "
           f"peak {rates.max() / args.replica_rps:.0f} "
@@ -117,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     timeline_png(results, png, args.replica_rps)
     print(f"\nwrote {png}")
     no, evict, tidal = (results[k][0].metrics for k in ARMS)
+    print(f"loan_jct_ceiling: {no['avg_jct_s'] / owned.metrics['avg_jct_s']:.3f}")
+    print(f"loan_queue_ceiling: {no['avg_queue_s'] / max(owned.metrics['avg_queue_s'], 1e-9):.3f}")
     print(f"loan_jct_speedup: {no['avg_jct_s'] / tidal['avg_jct_s']:.3f}")
     print(f"queue_speedup: {no['avg_queue_s'] / max(tidal['avg_queue_s'], 1e-9):.3f}")
     print(f"utilization_gain_points: {100 * (tidal['gpu_util_all'] - no['gpu_util_all']):.2f}")
