@@ -71,6 +71,7 @@ SCHEDULER_NAME = "tidal-scheduler"
 NODE_REQUESTER = "tidal-scheduler"  # Tidal's requester id with Ray's AutoscalingCoordinator
 NODE_REQUEST_TTL_S = 300.0  # a node request outlives a dead scheduler this long
 NODE_REQUEST_REFRESH_S = 60.0  # resent this often while it stands
+NODE_REQUEST_RETRY_S = 10.0  # after a failed send, the next try waits this long
 NAMESPACE = "tidal"
 
 
@@ -138,6 +139,7 @@ class Scheduler:
         # predecessor asked for)
         self.node_request: tuple[dict[str, float], ...] | None = None
         self.node_request_at = float("-inf")  # when it was last sent (time.monotonic)
+        self.node_request_failed_at = float("-inf")  # when sending it last failed
         self.observed: dict[str, float] = {}  # job → when its run's throughput was last observed
         self._incarnation = uuid.uuid4().hex  # this actor's life: a restart is another
         self._recover()
@@ -713,12 +715,15 @@ class Scheduler:
         if not self.cfg.autoscale or (bundles == self.node_request
                                       and now - self.node_request_at < NODE_REQUEST_REFRESH_S):
             return
-        from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import (
-            ResourceRequestPriority,
-            get_or_create_autoscaling_coordinator,
-        )
-
+        if now - self.node_request_failed_at < NODE_REQUEST_RETRY_S:  # one event per failure, not per tick
+            return
         try:  # each bundle on the training pool: Ray's autoscaler v2 honours the selector, v1 ignores it
+            # the module Ray Train V2 takes it from (internal to Ray: an import error is an event)
+            from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import (
+                ResourceRequestPriority,
+                get_or_create_autoscaling_coordinator,
+            )
+
             coordinator = get_or_create_autoscaling_coordinator()
             if bundles:
                 done = coordinator.request_resources.remote(
@@ -728,7 +733,8 @@ class Scheduler:
             else:
                 done = coordinator.cancel_request.remote(NODE_REQUESTER)
             ray.get(done, timeout=10)
-        except Exception as e:  # no autoscaler to take it: nothing else to do
+        except Exception as e:  # no autoscaler to take it: tried again after NODE_REQUEST_RETRY_S
+            self.node_request_failed_at = now
             self._event(f"autoscaler request failed: {e}")
             return
         changed, self.node_request, self.node_request_at = bundles != self.node_request, bundles, now
