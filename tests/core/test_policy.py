@@ -375,6 +375,9 @@ def test_what_an_allocation_was_predicted_to_run_at() -> None:
     own = Option(gpus=4, plan=Plan(dp=1, tp=4, micro_batch=8), samples_per_s=300.0)
     j = JobView(job_id="G", arrival=0.0, guarantee=300.0, requested=own,
                 options=(Option(gpus=4, plan=Plan(dp=4, micro_batch=2), samples_per_s=320.0),))
-    assert predicted(j, Allocation(gpus_by_node=(("a", 4),), plan=own.plan)) == 300.0
-    assert predicted(j, Allocation(gpus_by_node=(("a", 4),), plan=Plan(dp=4, micro_batch=2))) == 320.0
-    assert predicted(j, Allocation(gpus_by_node=(("a", 2),), plan=Plan(dp=2, micro_batch=4))) == 0.0
+    def said(n: int, plan: Plan) -> float:
+        return predicted(j.options, j.requested, Allocation(gpus_by_node=(("a", n),), plan=plan))
+
+    assert said(4, own.plan) == 300.0
+    assert said(4, Plan(dp=4, micro_batch=2)) == 320.0
+    assert said(2, Plan(dp=2, micro_batch=4)) == 0.0

@@ -100,7 +100,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Literal
@@ -256,10 +256,10 @@ def guarded(job: JobView, margin: float) -> JobView:
     return replace(job, options=options)
 
 
-def predicted(job: JobView, alloc: Allocation) -> float:
-    """The predicted samples/s of what `alloc` runs: the option with its GPUs and plan, or the
-    job's own request (`guarded` may put it in the option's place); 0 if neither."""
-    for o in (*job.options, *((job.requested,) if job.requested is not None else ())):
+def predicted(options: Sequence[Option], requested: Option | None, alloc: Allocation) -> float:
+    """The predicted samples/s of what `alloc` runs: the job's option with its GPUs and plan, or
+    its own request (`guarded` may put it in the option's place); 0 if neither."""
+    for o in (*options, *((requested,) if requested is not None else ())):
         if o.gpus == alloc.gpus and o.plan == alloc.plan:
             return o.samples_per_s
     return 0.0

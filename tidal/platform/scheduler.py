@@ -625,8 +625,7 @@ class Scheduler:
     def _predicted(self, r: JobRecord, a: Allocation) -> float:
         """The model's samples/s for what `a` runs, uncorrected (the correction's denominator):
         its option, or the job's own request (the policy may run a guaranteed job on it)."""
-        view = JobView(job_id=r.job_id, arrival=r.submitted, options=r.options, requested=self._requested(r))
-        return predicted(view, a)
+        return predicted(r.options, self._requested(r), a)
 
     def _requested(self, r: JobRecord) -> Option | None:
         """A guaranteed job's own request as an option: its plan on its requested GPUs, at the
@@ -666,11 +665,11 @@ class Scheduler:
             recs = [r for r in self.store.all() if r.state.scheduled]
             nodes = without(self._nodes(ray_nodes), self._reservations())
             profiles = self._profile_bundles()
-            # runs Ray Train registers with the autoscaler itself (tidal.core.autoscale)
-            registered = frozenset(r.job_id for r in recs if r.state in (JobState.RUNNING, JobState.STOPPING))
             if not recs:  # nothing to schedule: ask only for waiting profiles (or withdraw)
                 self._request_nodes(profiles)
                 return
+            # runs Ray Train registers with the autoscaler itself (tidal.core.autoscale)
+            registered = frozenset(r.job_id for r in recs if r.state in (JobState.RUNNING, JobState.STOPPING))
             snapshot = Snapshot(now=time.time(), nodes=tuple(nodes), jobs=tuple(self._views(recs)),
                                 config=self.cfg.policy)
             if not nodes:  # no training capacity at all: every job waits

@@ -300,9 +300,7 @@ class Simulator:
                 else:
                     job.iters += (t1 - start) * job.rate
                 if self.cfg.correction is not None and self.policy.corrected:  # the table's as measured
-                    view = JobView(job_id=jid, arrival=job.spec.submit, options=job.options,
-                                   requested=job.requested)
-                    said = tidal_policy.predicted(view, job.alloc)
+                    said = tidal_policy.predicted(job.options, job.requested, job.alloc)
                     job.correction = observe(job.correction, predicted=said,
                                              measured=job.rate * self.truth.global_batch(job.spec.app),
                                              dt=end - start, cfg=self.cfg.correction)
