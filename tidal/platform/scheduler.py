@@ -70,7 +70,8 @@ LOG_LIMIT = 10_000  # entries kept of the actor's action and placement logs
 SCHEDULER_NAME = "tidal-scheduler"
 NODE_REQUESTER = "tidal-scheduler"  # Tidal's requester id with Ray's AutoscalingCoordinator
 NODE_REQUEST_TTL_S = 300.0  # a node request outlives a dead scheduler this long
-NODE_REQUEST_REFRESH_S = 60.0  # resent this often while it stands
+NODE_REQUEST_REFRESH_S = 20.0  # resent this often while it stands: as often as Ray Train refreshes its own
+# (a restarted coordinator starts empty; the request is back within this long)
 NODE_REQUEST_RETRY_S = 10.0  # after a failed send, the next try waits this long
 NAMESPACE = "tidal"
 
