@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import math
 import os
 import random
 import time
@@ -39,7 +40,7 @@ import ray
 
 from tidal.jobs import JobSpec, Plan
 from tidal.jobs.reference import GPT2_SHAPES, shakespeare_gpt
-from tidal.planner.profiler import profile
+from tidal.planner.profiler import model_shapes, profile
 
 COLUMNS = ["model", "params", "zero_stage", "offload", "act_ckpt", "micro_batch", "seq",
            "step_s", "tokens_per_s", "peak_alloc_gib", "status"]
@@ -105,11 +106,18 @@ def main() -> None:
     plans = [Plan(dp=1, zero_stage=stage, offload_optimizer=off, activation_checkpointing=ac,
                   micro_batch=mb, grad_accum=args.global_batch // mb)
              for stage, off in combos for ac in (False, True) for mb in micro]
-    # Measured in a shuffled order, so that a table cut short by the deadline still spans the
-    # grid; written back in grid order at the end (the sample selection breaks ties by row order).
-    order = list(plans)
-    random.Random(0).shuffle(plans)
-    grid = [_plan_key(name, p, args.seq) for name in names for p in order]
+    # Measured in a shuffled order, the models taking turns, so that a table cut short by the
+    # deadline still spans the grid and every model; written back in grid order at the end (the
+    # sample selection breaks ties by row order).
+    grid = [_plan_key(name, p, args.seq) for name in names for p in plans]
+    shuffled = list(plans)
+    random.Random(0).shuffle(shuffled)
+    work = [(name, spec, plan) for plan in shuffled
+            for name, spec in zip(names, specs, strict=True)]
+    params = {name: sum(math.prod(shape) for shape in model_shapes(spec)[1])
+              for name, spec in zip(names, specs, strict=True)}
+    for name in names:
+        print(f"{name}: {params[name] / 1e6:.1f}M parameters", flush=True)
     t0 = time.monotonic()
 
     def past_deadline() -> bool:
@@ -130,31 +138,26 @@ def main() -> None:
         w = csv.writer(f)
         w.writerow(COLUMNS + PARTS)
         w.writerows([r[c] for c in COLUMNS] + [r.get(c, "") for c in PARTS] for r in kept)
-        for name, spec in zip(names, specs, strict=True):
+        for name, spec, plan in work:
+            if _plan_key(name, plan, args.seq) in done:
+                continue
             if past_deadline():
+                print(f"deadline: stopped after {n} rows", flush=True)
                 break
-            params = sum(p.numel() for p in spec.model().parameters())
-            print(f"{name}: {params / 1e6:.1f}M parameters", flush=True)
-            for plan in plans:
-                if _plan_key(name, plan, args.seq) in done:
-                    continue
-                if past_deadline():
-                    print(f"deadline: stopped after {n} rows", flush=True)
-                    break
-                (r,) = profile(spec, [plan], hardware="cuda" if args.cuda else "cpu",
-                               use_cuda=args.cuda, steps=3, warmup=1)
-                status = r.status if r.status in ("ok", "oom") else "error"
-                if status == "ok" and args.device_mem_mib and r.peak_bytes > args.device_mem_mib * 2**20:
-                    status = "oom"
-                ok = r.iter_s > 0
-                w.writerow([name, params, plan.zero_stage, "cpu" if plan.offload_optimizer else "none",
-                            int(plan.activation_checkpointing), plan.micro_batch, args.seq,
-                            f"{r.iter_s:.6f}" if ok else "",
-                            f"{args.global_batch * args.seq / r.iter_s:.1f}" if ok else "",
-                            f"{r.peak_bytes / 2**30:.6f}" if ok else "", status]
-                           + [f"{v:.6f}" if ok else "" for v in (r.fwd_s, r.bwd_s, r.opt_s, r.ckpt_ratio)])
-                f.flush()
-                n += 1
+            (r,) = profile(spec, [plan], hardware="cuda" if args.cuda else "cpu",
+                           use_cuda=args.cuda, steps=3, warmup=1)
+            status = r.status if r.status in ("ok", "oom") else "error"
+            if status == "ok" and args.device_mem_mib and r.peak_bytes > args.device_mem_mib * 2**20:
+                status = "oom"
+            ok = r.iter_s > 0
+            w.writerow([name, params[name], plan.zero_stage, "cpu" if plan.offload_optimizer else "none",
+                        int(plan.activation_checkpointing), plan.micro_batch, args.seq,
+                        f"{r.iter_s:.6f}" if ok else "",
+                        f"{args.global_batch * args.seq / r.iter_s:.1f}" if ok else "",
+                        f"{r.peak_bytes / 2**30:.6f}" if ok else "", status]
+                       + [f"{v:.6f}" if ok else "" for v in (r.fwd_s, r.bwd_s, r.opt_s, r.ckpt_ratio)])
+            f.flush()
+            n += 1
     ray.shutdown()
     _sort(args.out, grid)
     print(f"measured {n} rows, kept {len(kept)}: {args.out}")

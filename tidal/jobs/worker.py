@@ -61,6 +61,25 @@ def init_world_of_one(backend: str = "gloo") -> None:
     deepspeed.init_distributed(dist_backend=backend)
 
 
+def set_host_threads(cpus: float, use_cuda: bool) -> int:
+    """Set and return this worker's CPU threads: torch's intra-op pool and the OpenMP pool of
+    DeepSpeed's CPU Adam (a C++ op with its own `libgomp`, which reads `OMP_NUM_THREADS` when
+    the op loads; Ray sets that variable to the task's CPUs, 1 for a one-CPU worker).
+
+    On the CPU (logical GPUs) a worker gets the CPUs it reserved. On a GPU a worker gets at least
+    its share of the node's cores, cores ÷ GPUs: Ray reserves one CPU per GPU worker, but a GPU
+    node's cores are there to feed its GPUs, and under optimizer offload the Adam step of every
+    parameter runs on them (CPU Adam on one thread is t times slower than on t)."""
+    import os
+
+    n = max(1, int(cpus))
+    if use_cuda:
+        n = max(n, (os.cpu_count() or 1) // max(1, torch.cuda.device_count()))
+    os.environ["OMP_NUM_THREADS"] = str(n)
+    torch.set_num_threads(n)
+    return n
+
+
 def step_seed(seed: int, step: int) -> int:
     """The RNG seed of optimizer step k: a function of (seed, k) only."""
     return (seed * 1_000_003 + step * 7919 + 12345) % (2**63 - 1)
@@ -381,7 +400,7 @@ def train_loop(config: dict[str, Any]) -> None:
     if world != plan.dp:
         raise PlanError("plan", f"plan {plan.short()} needs {plan.dp} workers, the run has {world}")
     cfg.control.register.remote(rank, ray.get_runtime_context().get_node_id())
-    torch.set_num_threads(max(1, cfg.threads_per_worker))
+    set_host_threads(cfg.threads_per_worker, cfg.use_cuda)
     if cfg.use_cuda:
         device = torch.device("cuda", ctx.get_local_rank() if torch.cuda.device_count() > 1 else 0)
         torch.cuda.set_device(device)

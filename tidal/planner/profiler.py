@@ -147,11 +147,9 @@ def _ckpt_ratio(spec: JobSpec, engine: Any, one: Any) -> float:
 
 def _single(spec: JobSpec, plan: Plan, steps: int, warmup: int, use_cuda: bool) -> dict[str, Any]:
     """Body of the dp = 1 Ray task: a world of one, then `measure`."""
-    import torch
+    from tidal.jobs.worker import init_world_of_one, set_host_threads
 
-    from tidal.jobs.worker import init_world_of_one
-
-    torch.set_num_threads(1)
+    set_host_threads(PROFILE_CPUS_PER_WORKER, use_cuda)
     init_world_of_one("nccl" if use_cuda else "gloo")
     try:
         return measure(spec, plan, rank=0, steps=steps, warmup=warmup, use_cuda=use_cuda).to_json()
@@ -164,10 +162,11 @@ def _multi_loop(config: dict[str, Any]) -> None:
     import tempfile
 
     import ray.train
-    import torch
+
+    from tidal.jobs.worker import set_host_threads
 
     ctx = ray.train.get_context()
-    torch.set_num_threads(1)
+    set_host_threads(PROFILE_CPUS_PER_WORKER, config["use_cuda"])
     rec = measure(config["spec"], config["plan"], rank=ctx.get_world_rank(), steps=config["steps"],
                   warmup=config["warmup"], use_cuda=config["use_cuda"])
     rank0 = ctx.get_world_rank() == 0
@@ -238,16 +237,29 @@ def profile_plan(spec: JobSpec, plan: Plan, *, gpus_per_worker: float = 1.0, ste
         return ProfileRecord.from_json(json.loads(Path(d, "record.json").read_text()))
 
 
+def model_shapes(spec: JobSpec) -> tuple[str, list[tuple[int, ...]]]:
+    """The job's model class and parameter shapes, read from a model built on the meta device (no
+    memory, no initialisation: a GPT-2 1.5B takes seconds to build for real); a model that cannot
+    be built there is built on the CPU."""
+    import torch
+
+    try:
+        with torch.device("meta"):
+            model = spec.model()
+    except Exception:
+        model = spec.model()
+    return type(model).__name__, [tuple(p.shape) for p in model.parameters()]
+
+
 def _cache_paths(spec: JobSpec, plans: list[Plan], hardware: str, steps: int,
                  cache: Path | None) -> list[Path]:
     """Each plan's cache file: a hash of (format, job, model class and shapes, global batch,
     precision, plan, hardware, steps). The model is built once for all of them."""
-    model = spec.model()
-    shapes = [tuple(p.shape) for p in model.parameters()]
+    model_class, shapes = model_shapes(spec)
     root = (cache or cache_dir()) / "profiles"
     out = []
     for plan in plans:
-        raw = json.dumps([PROFILE_FORMAT, spec.name, type(model).__name__, shapes, spec.global_batch,
+        raw = json.dumps([PROFILE_FORMAT, spec.name, model_class, shapes, spec.global_batch,
                           spec.precision, plan.to_dict(), hardware, steps], sort_keys=True, default=str)
         out.append(root / f"{hashlib.sha256(raw.encode()).hexdigest()[:24]}.json")
     return out
