@@ -198,11 +198,15 @@ def _init_optimizer_state(engine: Any, adam_step: int) -> None:
     tensors = list(flats) if flats is not None else [
         p for group in inner.param_groups for p in group["params"]
     ]
-    # torch's Adam keeps its step as a tensor, DeepSpeedCPUAdam as an int (passed to its kernel)
+    # torch's Adam keeps its step as a tensor, DeepSpeedCPUAdam as an int (passed to its kernel);
+    # the fused and capturable torch kernels want that tensor on the parameter's device (as
+    # torch's own lazy init puts it), the others on the CPU
     cpu_adam = type(inner).__name__ == "DeepSpeedCPUAdam"
+    on_device = any(g.get("fused") or g.get("capturable") for g in inner.param_groups)
     for p in tensors:
         inner.state[p] = {
-            "step": adam_step if cpu_adam else torch.tensor(float(adam_step), dtype=torch.float32),
+            "step": adam_step if cpu_adam else torch.tensor(
+                float(adam_step), dtype=torch.float32, device=p.device if on_device else "cpu"),
             "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
             "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
         }
