@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import math
 import os
 import random
 import time
@@ -40,7 +39,8 @@ import ray
 
 from tidal.jobs import JobSpec, Plan
 from tidal.jobs.reference import GPT2_SHAPES, shakespeare_gpt
-from tidal.planner.profiler import model_shapes, profile
+from tidal.planner.fitting import model_shape
+from tidal.planner.profiler import profile
 
 COLUMNS = ["model", "params", "zero_stage", "offload", "act_ckpt", "micro_batch", "seq",
            "step_s", "tokens_per_s", "peak_alloc_gib", "status"]
@@ -114,7 +114,7 @@ def main() -> None:
     random.Random(0).shuffle(shuffled)
     work = [(name, spec, plan) for plan in shuffled
             for name, spec in zip(names, specs, strict=True)]
-    params = {name: sum(math.prod(shape) for shape in model_shapes(spec)[1])
+    params = {name: model_shape(spec)[0]
               for name, spec in zip(names, specs, strict=True)}
     for name in names:
         print(f"{name}: {params[name] / 1e6:.1f}M parameters", flush=True)

@@ -67,14 +67,21 @@ def set_host_threads(cpus: float, use_cuda: bool) -> int:
     the op loads; Ray sets that variable to the task's CPUs, 1 for a one-CPU worker).
 
     On the CPU (logical GPUs) a worker gets the CPUs it reserved. On a GPU a worker gets at least
-    its share of the node's cores, cores ÷ GPUs: Ray reserves one CPU per GPU worker, but a GPU
-    node's cores are there to feed its GPUs, and under optimizer offload the Adam step of every
-    parameter runs on them (CPU Adam on one thread is t times slower than on t)."""
+    its share of the node's CPUs, CPUs ÷ GPUs as the node declared them to Ray (`ray start
+    --num-cpus/--num-gpus`; not `torch.cuda.device_count()`, which Ray narrows to the worker's own
+    GPUs): Ray reserves one CPU per GPU worker, but a GPU node's cores are there to feed its GPUs,
+    and under optimizer offload the Adam step of every parameter runs on them (CPU Adam on one
+    thread is t times slower than on t)."""
     import os
+
+    import ray
 
     n = max(1, int(cpus))
     if use_cuda:
-        n = max(n, (os.cpu_count() or 1) // max(1, torch.cuda.device_count()))
+        here = ray.get_runtime_context().get_node_id()
+        res: dict[str, float] = next(
+            (node["Resources"] for node in ray.nodes() if node["NodeID"] == here), {})
+        n = max(n, int(res.get("CPU", 1) // max(1.0, res.get("GPU", 1))))
     os.environ["OMP_NUM_THREADS"] = str(n)
     torch.set_num_threads(n)
     return n

@@ -15,7 +15,7 @@ from tidal.jobs.spec import JobSpec, Plan, SpecError, plans_for
 from tidal.planner.memory import fit_memory
 from tidal.planner.perfmodel import Fit, Hardware, Sample, Workload, fit
 from tidal.planner.planner import JobModel, packed, point_of
-from tidal.planner.profiler import ProfileRecord, profile
+from tidal.planner.profiler import ProfileRecord, meta_model, profile
 from tidal.planner.selection import select
 
 
@@ -23,7 +23,7 @@ def model_shape(spec: JobSpec) -> tuple[int, int, int]:
     """(Ψ, largest layer's parameters, number of layers) of the job's model."""
     import torch
 
-    model = spec.model()
+    model = meta_model(spec)
     params = [p for p in model.parameters() if p.requires_grad]
     lists = [len(m) for m in model.modules() if isinstance(m, torch.nn.ModuleList)]
     return sum(p.numel() for p in params), max(p.numel() for p in params), max(lists, default=1)

@@ -237,29 +237,29 @@ def profile_plan(spec: JobSpec, plan: Plan, *, gpus_per_worker: float = 1.0, ste
         return ProfileRecord.from_json(json.loads(Path(d, "record.json").read_text()))
 
 
-def model_shapes(spec: JobSpec) -> tuple[str, list[tuple[int, ...]]]:
-    """The job's model class and parameter shapes, read from a model built on the meta device (no
-    memory, no initialisation: a GPT-2 1.5B takes seconds to build for real); a model that cannot
-    be built there is built on the CPU."""
+def meta_model(spec: JobSpec) -> Any:
+    """The job's model built on the meta device, to read its shapes: no memory and no
+    initialisation (a GPT-2 1.5B takes seconds to build for real); a model that cannot be built
+    there is built on the CPU."""
     import torch
 
     try:
         with torch.device("meta"):
-            model = spec.model()
+            return spec.model()
     except Exception:
-        model = spec.model()
-    return type(model).__name__, [tuple(p.shape) for p in model.parameters()]
+        return spec.model()
 
 
 def _cache_paths(spec: JobSpec, plans: list[Plan], hardware: str, steps: int,
                  cache: Path | None) -> list[Path]:
     """Each plan's cache file: a hash of (format, job, model class and shapes, global batch,
-    precision, plan, hardware, steps). The model is built once for all of them."""
-    model_class, shapes = model_shapes(spec)
+    precision, plan, hardware, steps). The model is built once for all of them, on the meta device."""
+    model = meta_model(spec)
+    shapes = [tuple(p.shape) for p in model.parameters()]
     root = (cache or cache_dir()) / "profiles"
     out = []
     for plan in plans:
-        raw = json.dumps([PROFILE_FORMAT, spec.name, model_class, shapes, spec.global_batch,
+        raw = json.dumps([PROFILE_FORMAT, spec.name, type(model).__name__, shapes, spec.global_batch,
                           spec.precision, plan.to_dict(), hardware, steps], sort_keys=True, default=str)
         out.append(root / f"{hashlib.sha256(raw.encode()).hexdigest()[:24]}.json")
     return out
