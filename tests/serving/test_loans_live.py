@@ -1,7 +1,7 @@
 """Lending on a real local Ray cluster: a training job runs on inference GPUs that Serve does not
 need; a surge replayed over HTTP makes Serve want them; the scheduler's loan step takes them back
 by stopping the job at a step boundary with a checkpoint; Serve's replicas start on the freed
-GPUs; the job goes on on fewer workers with the loss curve of an uninterrupted run."""
+GPUs; the job goes on on fewer workers, its loss curve that of the same plans run undisturbed."""
 
 from __future__ import annotations
 
@@ -137,11 +137,24 @@ def test_lent_gpus_go_back_to_serve_on_a_surge(ray_cluster: Any, inference_node:
             ray.kill(scheduler, no_restart=True)
         for o in others:
             ray.kill(o)
-    # the job after the reclaim ran on the training pool's 2 GPUs; its curve equals an
-    # uninterrupted run's
-    whole = launch(spec, Plan(dp=2, zero_stage=1, micro_batch=4),
-                   Resources(num_workers=2, gpus_per_worker=1)).result(timeout=900)
+    # the job after the reclaim ran on the training pool's 2 GPUs; its curve equals that of runs
+    # not disturbed by the scheduler: the same plans, each to the step the job left it at, each
+    # resumed from the last one's checkpoint. (Against one uninterrupted dp-2 run the gap is
+    # float rounding of 4 against 2 ranks, ~1e-6 at first, which 2,400 steps amplify: measured
+    # 1e-4 by step 1,000 and 1.7e-3 at the end on one machine, within 1e-3 on others. Against the
+    # segments it measured 0: a lost optimizer state, data position or RNG would show at once.)
     assert [m["step"] for m in curve] == list(range(1, spec.total_steps + 1))
-    rel = [abs(x - m["loss"]) / x for x, m in zip(whole.losses, curve, strict=True)]
-    print(f"largest relative loss gap to the uninterrupted run: {max(rel):.2e}")
-    assert max(rel) <= 1e-3
+    by_name = {o.plan.short(): o.plan for o in options}
+    ends = [(m["plan"], m["step"]) for m, nxt in zip(curve, [*curve[1:], {}], strict=True)
+            if m["plan"] != nxt.get("plan")]
+    reference: list[float] = []
+    checkpoint = None
+    for name, end in ends:
+        plan = by_name[name]
+        part = launch(spec, plan, Resources(num_workers=plan.dp, gpus_per_worker=1), checkpoint,
+                      stop_at_step=end).result(timeout=900)
+        reference += part.losses
+        checkpoint = part.checkpoint
+    rel = [abs(x - m["loss"]) / x for x, m in zip(reference, curve, strict=True)]
+    print(f"segments {ends}; largest relative loss gap to the undisturbed runs: {max(rel):.2e}")
+    assert max(rel) <= 1e-6
