@@ -195,6 +195,9 @@ def measurements(path: Path, fit_rows: int, precision: str, device_gib: float,
         print(f"{model:<16}{len(mine):>5}{len(chosen):>4}{pct(s_apes):>11}{pct(m_apes):>10}"
               f"{100 * sum(hits) / len(hits):>13.1f}%{'-' if ratio is None else f'{ratio:.3f}':>12}"
               f"{regrets[-1]:>8.3f}")
+    if not step_apes:  # every ok row was a fitting row: nothing held out to score
+        raise SystemExit(f"{path}: no model has more than {fit_rows} ok rows, so every row was fitted and "
+                         "none is left to score the predictions on (measure more plans per model)")
     return float(np.mean(step_apes)), float(np.mean(mem_apes)), correct / total, float(np.mean(regrets))
 
 
