@@ -710,6 +710,17 @@ class Scheduler:
         test saw a job wait 7 minutes for nodes never launched). Sent when it changes, and again
         every `NODE_REQUEST_REFRESH_S` to keep it from expiring (`NODE_REQUEST_TTL_S` after the
         scheduler dies).
+
+        Each send withdraws the request first, so that it is the *last* requester in the
+        coordinator's merge. The autoscaler v2 checks the merged bundles as one all-or-nothing
+        constraint, bin-packed in the merge's order where bundles sort alike (`_try_schedule`:
+        ours and a Train run's each carry one label selector); a running job's Train registration
+        is pinned by `ray.io/node-id`. With ours first, our training-pool bundles took the GPUs of
+        the nodes those pinned bundles need, the whole constraint was infeasible and no node was
+        ever launched: measured, a job larger than the cluster waited forever (the autoscaling
+        test, whenever the running job's Train run registered after our request). Last, ours
+        ask exactly for what the registered runs leave. A run registering after our send is
+        ahead of us from our next refresh on.
         """
         now = time.monotonic()
         if not self.cfg.autoscale or (bundles == self.node_request
@@ -725,7 +736,8 @@ class Scheduler:
             )
 
             coordinator = get_or_create_autoscaling_coordinator()
-            if bundles:
+            if bundles:  # withdrawn and sent again: last in the merge (docstring)
+                ray.get(coordinator.cancel_request.remote(NODE_REQUESTER), timeout=10)
                 done = coordinator.request_resources.remote(
                     requester_id=NODE_REQUESTER, resources=[dict(b) for b in bundles],
                     label_selectors=[dict(TRAINING_SELECTOR) for _ in bundles],
