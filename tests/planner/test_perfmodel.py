@@ -108,27 +108,6 @@ def test_fit_recovers_predictions_from_eight_samples() -> None:
     assert sum(errs) / len(errs) < 0.05, max(errs)
 
 
-def test_gpu_terms_recompute_gathers_and_host_accumulation_per_micro_batch() -> None:
-    """ZeRO-3's recomputed forward gathers the parameters again (half of k_z3 per micro-batch),
-    and ZeRO-Offload adds each further micro-batch's gradients on the host (r_acc · CPU Adam's
-    cost plus the transfer), which only offload rows of two accumulation counts inform."""
-    z3 = PlanPoint(gpus_per_node=(1,), dp=1, zero_stage=3, grad_accum=8)
-    z3c = PlanPoint(gpus_per_node=(1,), dp=1, zero_stage=3, act_ckpt=True, grad_accum=8)
-    z0, z0c = (PlanPoint(gpus_per_node=(1,), dp=1, act_ckpt=a, grad_accum=8) for a in (False, True))
-    extra = predict(TRUE, WORK, z3c, HW).iter - predict(TRUE, WORK, z3, HW).iter
-    plain = predict(TRUE, WORK, z0c, HW).iter - predict(TRUE, WORK, z0, HW).iter
-    assert extra == pytest.approx(plain + 8 * TRUE.k_z3 / 2)
-    off = [PlanPoint(gpus_per_node=(2,), dp=2, zero_stage=2, offload=True, grad_accum=g, cpu_threads=4)
-           for g in (1, 4)]
-    no_acc = Theta(**{**TRUE.__dict__, "r_acc": 0.0})
-    added = [predict(TRUE, WORK, p, HW).iter - predict(no_acc, WORK, p, HW).iter for p in off]
-    assert added[0] == 0.0  # one micro-batch: its flush is k_off's
-    assert added[1] == pytest.approx(3 * TRUE.r_acc * TRUE.k_cpu * WORK.params / (2 * 4))
-    assert predict(TRUE, WORK, off[1], HW).opt == pytest.approx(predict(TRUE, WORK, off[0], HW).opt)
-    assert "r_acc" not in informed([Sample(point=off[0], iter_s=1.0)])
-    assert "r_acc" in informed([Sample(point=p, iter_s=1.0) for p in off])
-
-
 def test_confounded_constants_stay_fixed_on_iteration_times_of_one_gpu() -> None:
     """On one GPU with iteration times only, k_opt·Ψ is one more constant like k_const, and
     k_off like k_cpu·Ψ/t: fitting both of a pair only lets them wander. Parts or a second GPU

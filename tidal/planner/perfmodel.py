@@ -24,11 +24,6 @@ Data-parallel plans (tp = pp = 1), ZeRO stage z:
     T_bwd  = k_bwd · T_fwd  (+ T_fwd with activation checkpointing: the forward is recomputed)
              + k_z · g                        ZeRO-2/3: partitioning hooks run every micro-batch
                                               (k_z = k_z2 or k_z3; 0 for stages 0-1)
-             + k_z3/2 · g                     ZeRO-3 with checkpointing: the recomputed forward
-                                              gathers every layer's parameters again (k_z3 covers
-                                              the forward's and the backward's gathers). H100,
-                                              GPT-2 124M, micro-batch 2 × 8: +0.78 s, k_z3/2 ≈ 0.08
-                                              s per micro-batch
     V_bwd  = 2 s Ψ                            z ≤ 1: one all-reduce at the accumulation boundary
            = s Ψ · g                          z = 2: a reduce-scatter every micro-batch
            = 3 s Ψ · g                        z = 3: + parameter all-gathers in forward and backward
@@ -40,14 +35,7 @@ Data-parallel plans (tp = pp = 1), ZeRO stage z:
     T_ag   = s Ψ · τ                          ZeRO 1-2: all-gather of the updated weights
     T_opt  = k_opt Ψ / (n if z ≥ 1 else 1) + T_ag
     with optimizer offload:  T_pcie = 4Ψ/n / W_pcie
-           T_sync += T_pcie + k_off + (g−1) · (s Ψ/n / W_pcie + r_acc · k_cpu Ψ/(n t))
-           T_opt = k_cpu Ψ/(n t) + T_pcie + T_ag
-           ZeRO-Offload moves every micro-batch's gradient partition to the host and adds it
-           into the fp32 buffer there (k_off covers the first); r_acc is that addition's cost
-           per element against CPU Adam's (default 0.4, the ratio of their memory streams:
-           read two and write one, against Adam's four read and three written). H100, GPT-2
-           124M, ZeRO-2 + offload: micro-batch 2 × 8 takes 1.08 s more than 16 × 1, where a
-           per-step flush predicted 0.35
+           T_sync += T_pcie + k_off;   T_opt = k_cpu Ψ/(n t) + T_pcie + T_ag
     with parameter offload (ZeRO-3): each micro-batch's forward and backward fetch every
     rank's parameter partition from the host before their all-gathers:
            T_sync += 2 s Ψ g / n / W_pcie                 (no fitted constant: η and W_pcie)
@@ -67,10 +55,11 @@ t5 with tp = 4 slows from 0.84 s at pp = 1 to 1.16 s at pp = 8):
              a group drives only its own members' rails
     T_sync = T_comp + T_tp + T_pp + T_dp;  T_opt = k_opt Ψ/(tp·pp);  T_iter = T_sync + T_opt + k_const
 
-θ = (k_fwd, k_fwd0, k_bwd, k_z2, k_z3, γ, k_opt, k_cpu, k_off, r_acc, k_const, η, η_x, η_odd, k_mp,
-k_tp, k_pp) is fitted by minimising the summed squared log errors of T_iter and of the measured
-parts (T_fwd, T_sync, T_opt) with bounded L-BFGS-B in log space, from at most 8 samples per job
-(best of several deterministic starting points). Only the constants the samples can inform are fitted
+θ = (k_fwd, k_fwd0, k_bwd, k_z2, k_z3, γ, k_opt, k_cpu, k_off, k_const, η, η_x, η_odd, k_mp, k_tp, k_pp) is
+fitted by
+minimising the summed squared log errors of T_iter and of the measured parts (T_fwd, T_sync,
+T_opt) with bounded L-BFGS-B in log space, from at most 8 samples per job (best of several
+deterministic starting points). Only the constants the samples can inform are fitted
 (`informed`: a term no sample exercises, or one that iteration times alone cannot tell from
 another — on one GPU k_opt·Ψ is one more constant, k_off one more CPU-Adam term); the rest keep
 the rough values read off the samples. A weak L2 prior toward
@@ -160,7 +149,6 @@ class Theta:
     k_opt: float = 1e-10
     k_cpu: float = 1e-9
     k_off: float = 1e-3
-    r_acc: float = 0.4  # host gradient accumulation per element ÷ CPU Adam's (offload, g > 1)
     k_const: float = 1e-3
     eta: float = 0.5
     eta_x: float = 0.2
@@ -173,7 +161,7 @@ class Theta:
 _BOUNDS: dict[str, tuple[float, float]] = {
     "k_fwd": (1e-8, 100.0), "k_fwd0": (1e-6, 10.0), "k_bwd": (0.5, 5.0), "k_z2": (1e-7, 10.0),
     "k_z3": (1e-7, 10.0), "gamma": (1.0, 20.0),
-    "k_opt": (1e-15, 1e-5), "k_cpu": (1e-14, 1e-3), "k_off": (1e-6, 10.0), "r_acc": (1e-3, 10.0),
+    "k_opt": (1e-15, 1e-5), "k_cpu": (1e-14, 1e-3), "k_off": (1e-6, 10.0),
     "k_const": (1e-6, 10.0), "eta": (0.01, 1.0), "eta_x": (1e-4, 1.0), "eta_odd": (1e-2, 1.0),
     "k_mp": (0.2, 10.0), "k_tp": (1e-3, 1e3), "k_pp": (1e-7, 10.0),
 }
@@ -244,8 +232,6 @@ def predict(theta: Theta, work: Workload, p: PlanPoint, hw: Hardware) -> Breakdo
         t_fwd = theta.k_fwd * work.global_batch / n + theta.k_fwd0 * p.grad_accum
         t_bwd = theta.k_bwd * t_fwd + (t_fwd if p.act_ckpt else 0.0)
         t_bwd += p.grad_accum * {2: theta.k_z2, 3: theta.k_z3}.get(p.zero_stage, 0.0)
-        if p.zero_stage == 3 and p.act_ckpt:  # the recomputed forward gathers again
-            t_bwd += p.grad_accum * theta.k_z3 / 2
         # hierarchical collectives: a phase inside each node over NVLink, then one between the
         # k nodes whose volume per node scales with (k−1)/k
         inv_w = _transfer_time_per_byte(hw, theta, p)
@@ -256,10 +242,8 @@ def predict(theta: Theta, work: Workload, p: PlanPoint, hw: Hardware) -> Breakdo
         if p.offload:
             threads = p.cpu_threads or hw.cpu_threads_per_gpu
             t_pcie = 4.0 * psi / n / (hw.pcie_bw * theta.eta)
-            t_cpu = theta.k_cpu * psi / (n * threads)  # CPU Adam over the rank's partition
-            flush = s * psi / n / (hw.pcie_bw * theta.eta) + theta.r_acc * t_cpu
-            t_sync += t_pcie + theta.k_off + (p.grad_accum - 1) * flush
-            t_opt = t_cpu + t_pcie + t_ag
+            t_sync += t_pcie + theta.k_off
+            t_opt = theta.k_cpu * psi / (n * threads) + t_pcie + t_ag
         else:
             t_opt = theta.k_opt * psi / (n if p.zero_stage >= 1 else 1) + t_ag
         if p.offload_param:
@@ -340,8 +324,6 @@ def informed(samples: Sequence[Sample]) -> list[str]:
         names.append("k_cpu")
         if parts or len({p.n * (p.cpu_threads or 1) for p in off}) > 1:
             names.append("k_off")
-        if len({p.grad_accum for p in off}) > 1:  # the per-micro-batch host addition
-            names.append("r_acc")
     if any(p.n > 1 for p in pts):
         names += ["eta", "gamma"]
     if any(p.nodes > 1 for p in pts):
@@ -402,8 +384,7 @@ def _starts(samples: Sequence[Sample], work: Workload, k: int) -> list[np.ndarra
         k_z3=per_sample / 30, gamma=2.0,
         k_opt=float(np.median([(s.opt_s or s.iter_s / 10) / work.params for s in ref])),
         k_cpu=float(np.median([(s.opt_s or s.iter_s / 3) * 4 / work.params for s in ref])),
-        k_off=min(s.iter_s for s in samples) / 20, r_acc=Theta.r_acc,
-        k_const=min(s.iter_s for s in samples) / 50,
+        k_off=min(s.iter_s for s in samples) / 20, k_const=min(s.iter_s for s in samples) / 50,
         eta=0.5, eta_x=0.2, eta_odd=1.0, k_mp=1.2, k_tp=1.0, k_pp=per_sample / 50,
     )
     x = np.array([math.log(max(getattr(base, n), 1e-15)) for n in _NAMES])
