@@ -12,7 +12,10 @@ also by cause: stopped, spread over more nodes than packed, or packed and over-p
 for each policy, in the Rubick setting of `sim_compare.py`. Then Tidal's speedups over the
 Rubick re-implementation per workload, and their geometric mean and worst case. Then the
 sensitivity: the same two figures with each of Tidal's constants (`PolicyConfig`) moved one
-at a time; the defaults are chosen by the family's worst case, not by one workload. Last lines:
+at a time; the defaults are chosen by the family's worst case, not by one workload; and the
+same figures (Tidal and the Rubick re-implementation both re-run, same workloads) under the
+truth's other extrapolation rules (`tidal.sim.tables`, step 4: what an unmeasured shape outside
+the measured GPU counts runs at; `--extrapolation` sets the headline's). Last lines:
 `sweep_geomean_jct_speedup_vs_rubick`, `sweep_geomean_makespan_speedup_vs_rubick`,
 `sweep_min_makespan_speedup_vs_rubick`, `sweep_guarantee_violation_not_worse`,
 `sweep_min_jct_speedup_vs_rubick`.
@@ -29,7 +32,7 @@ from pathlib import Path
 
 from tidal.core.policy import PolicyConfig
 from tidal.sim.simulator import POLICIES, VIOLATION_CAUSES, SimConfig, Simulator
-from tidal.sim.tables import Truth
+from tidal.sim.tables import EXTRAPOLATIONS, Truth
 from tidal.sim.views import SimPlanner
 from tidal.sim.workload import SimJob, family
 
@@ -56,10 +59,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--policies", nargs="+", default=list(POLICIES), choices=list(POLICIES))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--jobs", type=int, default=400, help="jobs per synthetic workload")
+    ap.add_argument("--extrapolation", choices=EXTRAPOLATIONS, default="flat",
+                    help="the truth's rule outside the measured GPU counts (tidal.sim.tables)")
     ap.add_argument("--no-sensitivity", action="store_true")
     args = ap.parse_args(argv)
     policies = list(dict.fromkeys(["tidal", "rubick", *args.policies]))
-    truth = Truth(args.traces)
+    truth = Truth(args.traces, args.extrapolation)
     planner = SimPlanner(truth=truth, seed=args.seed)
     workloads = family(truth, [str(p) for p in args.workloads], seed=args.seed, jobs=args.jobs)
     cfg = SimConfig()
@@ -91,22 +96,27 @@ def main(argv: list[str] | None = None) -> int:
 
     if not args.no_sensitivity:
         print("\nsensitivity of Tidal's constants (one at a time; JCT and makespan speedup vs rubick)")
-        print(f"{'constant':<24}{'geomean JCT':>14}{'min JCT':>10}{'geomean mk':>14}{'min mk':>10}"
+        print(f"{'constant':<30}{'geomean JCT':>14}{'min JCT':>10}{'geomean mk':>14}{'min mk':>10}"
               f"{'viol. not worse':>17}")
         base = PolicyConfig()
-        rows = [("default", base)] + [(f"{k}={v:g}", replace(base, **{k: v}))
-                                      for k, vals in SENSITIVITY.items() for v in vals]
-        for label, pc in rows:
+        rows: list[tuple[str, PolicyConfig, Truth]] = [("default", base, truth)]
+        rows += [(f"{k}={v:g}", replace(base, **{k: v}), truth)
+                 for k, vals in SENSITIVITY.items() for v in vals]
+        rows += [(f"truth: {e} extrapolation", base, Truth(args.traces, e))
+                 for e in EXTRAPOLATIONS if e != args.extrapolation]
+        for label, pc, world in rows:
             if label == "default":
                 j, m, ok = list(jct.values()), list(mk.values()), sum(viol_ok.values())
             else:
                 c = replace(cfg, policy=pc)
-                runs = {n: run(jobs, truth, planner, "tidal", c) for n, jobs in workloads}
-                j = [results[n]["rubick"]["avg_jct_s"] / runs[n]["avg_jct_s"] for n in runs]
-                m = [results[n]["rubick"]["makespan_s"] / runs[n]["makespan_s"] for n in runs]
-                ok = sum(r["guarantee_violation_s"] <= results[n]["rubick"]["guarantee_violation_s"] + 1e-6
+                runs = {n: run(jobs, world, planner, "tidal", c) for n, jobs in workloads}
+                ref = results if world is truth else {
+                    n: {"rubick": run(jobs, world, planner, "rubick", cfg)} for n, jobs in workloads}
+                j = [ref[n]["rubick"]["avg_jct_s"] / runs[n]["avg_jct_s"] for n in runs]
+                m = [ref[n]["rubick"]["makespan_s"] / runs[n]["makespan_s"] for n in runs]
+                ok = sum(r["guarantee_violation_s"] <= ref[n]["rubick"]["guarantee_violation_s"] + 1e-6
                          for n, r in runs.items())
-            print(f"{label:<24}{geomean(j):>14.3f}{min(j):>10.3f}{geomean(m):>14.3f}{min(m):>10.3f}"
+            print(f"{label:<30}{geomean(j):>14.3f}{min(j):>10.3f}{geomean(m):>14.3f}{min(m):>10.3f}"
                   f"{f'{ok}/{len(j)}':>17}", flush=True)
 
     print(f"\nsweep_workloads: {len(results)}")

@@ -52,3 +52,21 @@ def test_plan_codes_round_trip(truth: Truth) -> None:
             for code in truth.plans_at(app, n):
                 plan = plan_of(code, n, truth.global_batch(app))
                 assert plan.num_gpus == n and code_of(plan) == code
+
+
+def test_extrapolation_rules_outside_the_measured_counts() -> None:
+    """Step 4 outside the measured GPU counts: llama30's `641` on 24 GPUs packed on 3 nodes (no
+    3-node shape is measured; the nearest, 4 nodes, has only 32 GPUs)."""
+    flat, linear, measured = (Truth(RUBICK, e) for e in ("flat", "linear", "measured"))
+    four_nodes = flat._shape_means["llama30"][(4, 32)]
+    on_six_nodes = flat._rows["llama30"][("641", "444444")]  # the same plan measured on 24 GPUs
+    assert flat.iter_time("llama30", "641", (8, 8, 8)) == pytest.approx(four_nodes)  # 24 as fast as 32
+    assert linear.iter_time("llama30", "641", (8, 8, 8)) == pytest.approx(four_nodes * 32 / 24)
+    assert measured.iter_time("llama30", "641", (8, 8, 8)) == pytest.approx(on_six_nodes)
+    assert on_six_nodes > four_nodes * 32 / 24 > four_nodes
+    # inside the measured counts and on measured rows, the rules agree
+    for t in (linear, measured):
+        for app, code, g in (("llama30", "344", (8,) * 6), ("t5", "341", (8, 4))):
+            assert t.iter_time(app, code, g) == flat.iter_time(app, code, g)
+    with pytest.raises(ValueError, match=r"Truth\.extrapolation"):
+        Truth(RUBICK, "cubic")  # type: ignore[arg-type]
