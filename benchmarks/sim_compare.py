@@ -6,7 +6,8 @@
 8 nodes × 8 GPUs (96 CPUs, 1,600 GB each), 60-s scheduling rounds (`--event-driven` for
 decisions at every arrival and completion), 260 s of lost progress per start or change,
 iteration times looked up in the measured tables for the plan and placement actually chosen;
-the policies see only the planner's model fitted on ≤ 8 noisy profiled rows per application.
+the policies see only the planner's model fitted on ≤ 8 noisy profiled rows per application
+(`--extrapolation`: how the truth prices shapes outside the measured GPU counts).
 Prints a policy × metrics table, then `tidal_avg_jct_s`, `tidal_makespan_s`,
 `jct_speedup_vs_rubick`, `jct_speedup_vs_fifo_static` and last `makespan_speedup_vs_fifo_static`.
 Writes `<out>/<workload>-jct-cdf.png` and `<out>/<workload>-<policy>-timeline.png`.
@@ -22,7 +23,7 @@ from pathlib import Path
 from tidal.core.correction import CorrectionConfig
 from tidal.sim.plots import allocation_timeline, jct_cdf
 from tidal.sim.simulator import POLICIES, SimConfig, Simulator
-from tidal.sim.tables import Truth
+from tidal.sim.tables import EXTRAPOLATIONS, Truth
 from tidal.sim.views import SimPlanner
 from tidal.sim.workload import read_workload
 
@@ -41,12 +42,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-correction", action="store_true",
                     help="no online correction of predictions by true throughput (tidal.core.correction)")
+    ap.add_argument("--extrapolation", choices=EXTRAPOLATIONS, default="flat",
+                    help="the truth's rule outside the measured GPU counts (tidal.sim.tables)")
     ap.add_argument("--out", type=Path, default=Path("results"))
     args = ap.parse_args(argv)
     if "tidal" not in args.policies:
         ap.error("--policies must include tidal")
     jobs = read_workload(args.workload)
-    truth = Truth(args.traces)
+    truth = Truth(args.traces, args.extrapolation)
     planner = SimPlanner(truth=truth, noise=args.noise, seed=args.seed)
     t0 = time.time()
     for app in sorted({j.app for j in jobs}):
