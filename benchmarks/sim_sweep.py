@@ -5,11 +5,12 @@ Tidal's constants: does the policy win everywhere, not on one file?
         --workloads ../shared/traces/rubick/workload-base.csv ../shared/traces/rubick/workload-bp.csv
 
 For each workload (the shared traces, their variants with 25%/50% guaranteed jobs and 0.5×/2×
-arrival rates, nine seeded synthetic ones) it prints avg JCT, makespan and guarantee violation
+arrival rates, nine seeded synthetic ones) it prints avg JCT, makespan, guarantee violation
 (`tidal.sim.simulator.metrics`: seconds, summed over guaranteed jobs, from first start to
 completion that a job spent stopped or running below the true throughput of its own request;
-also by cause: stopped, spread over more nodes than packed, or packed and over-predicted)
-for each policy, in the Rubick setting of `sim_compare.py`. Then Tidal's speedups over the
+also by cause: stopped, spread over more nodes than packed, or packed and over-predicted) and
+the GPU-seconds left idle while a job waited (`idle_while_waiting_gpu_s`) for each policy, in
+the Rubick setting of `sim_compare.py`. Then Tidal's speedups over the
 Rubick re-implementation per workload, and their geometric mean and worst case. Then the
 sensitivity: the same two figures with each of Tidal's constants (`PolicyConfig`) moved one
 at a time; the defaults are chosen by the family's worst case, not by one workload; and the
@@ -36,7 +37,8 @@ from tidal.sim.tables import EXTRAPOLATIONS, Truth
 from tidal.sim.views import SimPlanner
 from tidal.sim.workload import SimJob, family
 
-METRICS = (("avg_jct_s", "JCT"), ("makespan_s", "makespan"), ("guarantee_violation_s", "violation"))
+METRICS = (("avg_jct_s", "JCT"), ("makespan_s", "makespan"), ("guarantee_violation_s", "violation"),
+           ("idle_while_waiting_gpu_s", "idle·wait GPU-s"))
 # one constant at a time, around the default (PolicyConfig)
 SENSITIVITY = {"aging_s": (300.0, 600.0, 2400.0), "horizon_s": (300.0, 1200.0, 2400.0),
                "guarantee_margin": (0.0, 0.05, 0.2)}

@@ -8,7 +8,16 @@ import pytest
 
 from tidal.core.policy import Allocation, Decision, Snapshot
 from tidal.sim import baselines
-from tidal.sim.simulator import POLICIES, CapacityError, PolicyUnderTest, SimConfig, SimResult, Simulator
+from tidal.sim.simulator import (
+    POLICIES,
+    CapacityError,
+    JobRecord,
+    PolicyUnderTest,
+    SimConfig,
+    SimResult,
+    Simulator,
+    idle_while_waiting_gpu_s,
+)
 from tidal.sim.tables import Truth
 from tidal.sim.views import SimPlanner
 from tidal.sim.workload import SimJob, family, read_workload, synthetic, write_workload
@@ -142,3 +151,21 @@ def test_a_guaranteed_job_stopped_after_its_start_is_in_violation(
     assert dict(g.violation_by) == pytest.approx({"stopped": 120.0})  # its cause
     assert r.metrics["guarantee_violation_stopped_s"] == pytest.approx(120.0)
     assert r.metrics["guarantee_violation_spread_s"] == r.metrics["guarantee_violation_model_s"] == 0.0
+
+
+def test_idle_while_waiting_counts_only_idle_gpus_while_a_job_waits() -> None:
+    """4 GPUs. a holds 2 from 0 to 10 s; b arrives at 0 and waits for all 4 until a ends, then
+    holds them to 20 s; c arrives at 25 s (nothing waits between 20 and 25 s) and holds 1 GPU
+    to 30 s: 2 GPUs idle for 10 s while b waits, nothing else."""
+    def rec(name: str, submit: float, start: float, finish: float) -> JobRecord:
+        return JobRecord(name=name, app="bert", submit=submit, start=start, finish=finish, restarts=0,
+                         steps=1, isolated_s=0.0)
+
+    jobs = [rec("a", 0, 0, 10), rec("b", 0, 10, 20), rec("c", 25, 25, 30)]
+    timeline = [(0.0, "a", 2), (10.0, "a", 0), (10.0, "b", 4), (20.0, "b", 0), (25.0, "c", 1), (30.0, "c", 0)]
+    result = SimResult(policy="x", jobs=jobs, timeline=timeline, actions=[], round_ms=[], metrics={})
+    assert idle_while_waiting_gpu_s(result, 4) == pytest.approx(20.0)
+    # a stopped job (0 GPUs before its end) waits too: b stopped from 12 to 15 s with c absent
+    stopped = [*timeline[:3], (12.0, "b", 0), (15.0, "b", 4), *timeline[3:]]
+    result = SimResult(policy="x", jobs=jobs, timeline=stopped, actions=[], round_ms=[], metrics={})
+    assert idle_while_waiting_gpu_s(result, 4) == pytest.approx(20.0 + 4 * 3.0)

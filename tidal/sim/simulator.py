@@ -16,8 +16,9 @@ only the executor is simulated:
 
 The per-node capacity is checked after every decision (`CapacityError` if ever exceeded).
 Metrics: average and p99 JCT, makespan, average queueing delay (first start − arrival), GPU
-utilisation (GPU-seconds held ÷ capacity × makespan), restarts per job, and guarantee
-violation, defined once for every policy:
+utilisation (GPU-seconds held ÷ capacity × makespan), GPU-seconds left idle while a job waits
+(`idle_while_waiting_gpu_s`), restarts per job, and guarantee violation, defined once for
+every policy:
 
     guarantee_violation_s = Σ over guaranteed jobs of the seconds between the job's first start
                             and its completion during which it was stopped (preempted, waiting
@@ -385,6 +386,36 @@ def held_gpu_s(result: SimResult) -> float:
     return held
 
 
+def idle_while_waiting_gpu_s(result: SimResult, capacity: int) -> float:
+    """GPU-seconds of the training pool left idle while some arrived, unfinished job held no GPU
+    (waiting to start, or stopped and not yet relaunched): capacity a work-conserving policy
+    would have put to use, unless what waits cannot use it (too big for the idle GPUs, or a
+    guaranteed job waiting for a packed placement).
+
+        ∫ max(0, capacity − held(t)) · [some job waits at t] dt
+    """
+    events: list[tuple[float, int, str, int]] = []  # (time, order at a tie, job, GPUs held or ±1)
+    for j in result.jobs:
+        events += [(j.submit, 0, j.name, 1), (j.finish, 0, j.name, -1)]
+    events += [(t, 1, jid, g) for t, jid, g in result.timeline]
+    events.sort(key=lambda e: (e[0], e[1]))
+    held: dict[str, int] = {}
+    present: set[str] = set()
+    idle, last = 0.0, events[0][0] if events else 0.0
+    for t, kind, jid, x in events:
+        if t > last and any(held.get(k, 0) == 0 for k in present):
+            idle += max(0, capacity - sum(held.values())) * (t - last)
+        last = t
+        if kind == 1:
+            held[jid] = x
+        elif x > 0:
+            present.add(jid)
+        else:
+            present.discard(jid)
+            held.pop(jid, None)
+    return idle
+
+
 def metrics(result: SimResult, capacity: int) -> dict[str, float]:
     jobs = result.jobs
     jct = np.array([j.jct for j in jobs])
@@ -397,6 +428,7 @@ def metrics(result: SimResult, capacity: int) -> dict[str, float]:
         "makespan_s": float(makespan),
         "avg_queue_s": float(np.mean([j.start - j.submit for j in jobs])),
         "gpu_util": float(held / (capacity * makespan)) if makespan > 0 else 0.0,
+        "idle_while_waiting_gpu_s": idle_while_waiting_gpu_s(result, capacity),
         "restarts_per_job": float(np.mean([j.restarts for j in jobs])),
         "guarantee_violation_s": float(sum(j.violation_s for j in jobs)),
         **{f"guarantee_violation_{c}_s": float(sum(dict(j.violation_by).get(c, 0.0) for j in jobs))
