@@ -401,18 +401,25 @@ def idle_while_waiting_gpu_s(result: SimResult, capacity: int) -> float:
     events.sort(key=lambda e: (e[0], e[1]))
     held: dict[str, int] = {}
     present: set[str] = set()
+    total = waiting = 0  # GPUs held; present jobs holding none (kept as events come)
     idle, last = 0.0, events[0][0] if events else 0.0
     for t, kind, jid, x in events:
-        if t > last and any(held.get(k, 0) == 0 for k in present):
-            idle += max(0, capacity - sum(held.values())) * (t - last)
+        if waiting:
+            idle += max(0, capacity - total) * (t - last)
         last = t
-        if kind == 1:
+        before = held.get(jid, 0)
+        if kind == 1:  # the job holds x GPUs from now on
             held[jid] = x
-        elif x > 0:
+            total += x - before
+            if jid in present:
+                waiting += (x == 0) - (before == 0)
+        elif x > 0:  # arrives
             present.add(jid)
-        else:
+            waiting += before == 0
+        else:  # finishes
             present.discard(jid)
-            held.pop(jid, None)
+            waiting -= before == 0
+            total -= held.pop(jid, 0)
     return idle
 
 

@@ -25,8 +25,8 @@ knowingly:
    packed on 3 nodes. No 3-node shape is measured, so the nearest node count's (4 nodes, 32
    GPUs) time is taken flat: 2.76 s, as fast as 32 GPUs, while the table measures that very
    plan on 24 GPUs (6 nodes × 4) at 5.30 s; `linear` gives 3.68 s. (`measured` also moves
-   gpt2's 3D plans on 15-40 GPUs, by at most 11%.) A policy that runs llama30 on its smallest option,
-   as the Rubick re-implementation admits jobs, gains most from the flat rule;
+   gpt2's 3D plans on 15-40 GPUs, by at most 11%.) A policy that runs llama30 on its smallest
+   option, as the Rubick re-implementation admits jobs, gains most from the flat rule;
    `benchmarks/sim_sweep.py` prints its figures under all three.
 
 Unlike the artifact, 3D plans are looked up as the plan actually chosen (its plan tuples never
@@ -39,10 +39,11 @@ on n GPUs (what was never measured is never offered).
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 import numpy as np
 
@@ -86,6 +87,7 @@ def code_of(plan: Plan) -> str:
     return "gc" if plan.activation_checkpointing else "ga"
 
 
+K = TypeVar("K")
 Extrapolation = Literal["flat", "linear", "measured"]
 EXTRAPOLATIONS: tuple[Extrapolation, ...] = ("flat", "linear", "measured")
 
@@ -104,27 +106,25 @@ class Truth:
         return {app: {(r.exec_plan, r.placement): r.sample.iter_s for r in placements(self.root, app)}
                 for app in MODELS}
 
-    @cached_property
-    def _shape_means(self) -> dict[str, dict[tuple[int, int], float]]:
-        out: dict[str, dict[tuple[int, int], float]] = {}
+    def _means(self, key: Callable[[str, tuple[int, ...]], K]) -> dict[str, dict[K, float]]:
+        """Per app, the mean measured time of the rows grouped by key(plan, GPUs per node)."""
+        out: dict[str, dict[K, float]] = {}
         for app, rows in self._rows.items():
-            acc: dict[tuple[int, int], list[float]] = defaultdict(list)
-            for (_, placement), t in rows.items():
-                g = decode_placement(placement)
-                acc[(len(g), sum(g))].append(t)
+            acc: dict[K, list[float]] = defaultdict(list)
+            for (code, placement), t in rows.items():
+                acc[key(code, decode_placement(placement))].append(t)
             out[app] = {k: float(np.mean(v)) for k, v in acc.items()}
         return out
 
     @cached_property
+    def _shape_means(self) -> dict[str, dict[tuple[int, int], float]]:
+        """(nodes, GPUs) → the mean time over every plan measured on that shape (step 3)."""
+        return self._means(lambda _, g: (len(g), sum(g)))
+
+    @cached_property
     def _by_plan_gpus(self) -> dict[str, dict[tuple[str, int], float]]:
         """(plan, GPU count) → the mean time over every placement it was measured on."""
-        out: dict[str, dict[tuple[str, int], float]] = {}
-        for app, rows in self._rows.items():
-            acc: dict[tuple[str, int], list[float]] = defaultdict(list)
-            for (code, placement), t in rows.items():
-                acc[(code, sum(decode_placement(placement)))].append(t)
-            out[app] = {k: float(np.mean(v)) for k, v in acc.items()}
-        return out
+        return self._means(lambda code, g: (code, sum(g)))
 
     @cached_property
     def _plans_by_gpus(self) -> dict[str, dict[int, tuple[str, ...]]]:
