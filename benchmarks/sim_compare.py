@@ -49,7 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     if "tidal" not in args.policies:
         ap.error("--policies must include tidal")
     jobs = read_workload(args.workload)
-    truth = Truth(args.traces, args.extrapolation)
+    try:
+        truth = Truth(args.traces, args.extrapolation)
+    except ValueError as e:
+        ap.error(str(e))
     planner = SimPlanner(truth=truth, noise=args.noise, seed=args.seed)
     t0 = time.time()
     for app in sorted({j.app for j in jobs}):

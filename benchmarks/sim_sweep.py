@@ -66,7 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-sensitivity", action="store_true")
     args = ap.parse_args(argv)
     policies = list(dict.fromkeys(["tidal", "rubick", *args.policies]))
-    truth = Truth(args.traces, args.extrapolation)
+    try:
+        truth = Truth(args.traces, args.extrapolation)
+    except ValueError as e:
+        ap.error(str(e))
     planner = SimPlanner(truth=truth, seed=args.seed)
     workloads = family(truth, [str(p) for p in args.workloads], seed=args.seed, jobs=args.jobs)
     cfg = SimConfig()

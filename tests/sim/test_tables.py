@@ -70,3 +70,8 @@ def test_extrapolation_rules_outside_the_measured_counts() -> None:
             assert t.iter_time(app, code, g) == flat.iter_time(app, code, g)
     with pytest.raises(ValueError, match=r"Truth\.extrapolation"):
         Truth(RUBICK, "cubic")  # type: ignore[arg-type]
+
+
+def test_a_directory_without_the_tables_is_refused_in_one_line(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"lacks bert-placements\.csv"):
+        Truth(tmp_path)

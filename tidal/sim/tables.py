@@ -100,6 +100,10 @@ class Truth:
     def __post_init__(self) -> None:
         if self.extrapolation not in EXTRAPOLATIONS:
             raise ValueError(f"Truth.extrapolation: {self.extrapolation!r} is not one of {EXTRAPOLATIONS}")
+        missing = [f"{m}-placements.csv" for m in MODELS
+                   if not (Path(self.root) / f"{m}-placements.csv").is_file()]
+        if missing:
+            raise ValueError(f"Truth.root: {self.root} lacks {', '.join(missing)} (the Rubick tables)")
 
     @cached_property
     def _rows(self) -> dict[str, dict[tuple[str, str], float]]:
