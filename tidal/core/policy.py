@@ -100,6 +100,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -216,11 +217,15 @@ def utilities(job: JobView, now: float, cfg: PolicyConfig) -> list[float]:
     """`utility` of every option of the job at once (its per-job terms computed once)."""
     work = max(min(job.remaining_samples, cfg.horizon_s * job.peak_samples_per_s), 0.0)
     weight = 1.0 + max(0.0, now - job.arrival) / cfg.aging_s
+    restart = job.restart_cost_s
+    out = [weight / max(restart + work / o.samples_per_s, 1e-6) for o in job.options]
     cur = job.current
-    out = []
-    for o in job.options:
-        keeps = cur is not None and cur.gpus == o.gpus and cur.plan == o.plan
-        out.append(weight / max((0.0 if keeps else job.restart_cost_s) + work / o.samples_per_s, 1e-6))
+    if cur is not None:  # what it runs now costs no restart
+        for i, o in enumerate(job.options):
+            if o.gpus == cur.gpus:
+                if o.plan == cur.plan:
+                    out[i] = weight / max(work / o.samples_per_s, 1e-6)
+                break
     return out
 
 
@@ -366,41 +371,57 @@ def _knapsack_greedy(items: Items, capacity: int, owned: int | None = None,
     choices in all. Lent GPUs (above `owned`) are taken only by increments whose gain exceeds
     the price of the lent GPUs they add, price per GPU = `lent_price_factor` · (the value
     reached within `owned`) / owned, as in `_knapsack_dp`."""
-    incs: list[tuple[float, int, int, int, int, float]] = []  # (−eff, item, step, choice, Δw, Δu)
+    # the increments, as parallel lists: efficiency Δu/Δw, item, choice reached, Δw, Δu
+    eff: list[float] = []
+    item: list[int] = []
+    pick: list[int] = []
+    dws: list[int] = []
+    dus: list[float] = []
     for k, (_, choices) in enumerate(items):
-        hull: list[tuple[int, float, int]] = [(0, 0.0, -1)]
+        hw, hu, hc = [0], [0.0], [-1]  # the hull so far: GPUs, value, choice
         # choices come in ascending GPU counts (options are; upgrades keep their order)
         for ci, (w, u, _) in enumerate(choices):
-            if u <= hull[-1][1] or w <= hull[-1][0] or w > capacity:
+            if u <= hu[-1] or w <= hw[-1] or w > capacity:
                 continue  # more GPUs for no more value (or none to take)
-            while len(hull) >= 2:
-                (w0, u0, _), (w1, u1, _) = hull[-2], hull[-1]
-                if (u1 - u0) * (w - w0) <= (u - u0) * (w1 - w0):  # hull[-1] lies under the chord
-                    hull.pop()
-                else:
-                    break
-            hull.append((w, u, ci))
-        for step, (a, b) in enumerate(itertools.pairwise(hull)):
-            incs.append((-(b[1] - a[1]) / (b[0] - a[0]), k, step, b[2], b[0] - a[0], b[1] - a[1]))
-    incs.sort()
+            # pop the last hull point while it lies under the chord from the one before it
+            while len(hw) >= 2 and (hu[-1] - hu[-2]) * (w - hw[-2]) <= (u - hu[-2]) * (hw[-1] - hw[-2]):
+                hw.pop()
+                hu.pop()
+                hc.pop()
+            hw.append(w)
+            hu.append(u)
+            hc.append(ci)
+        for s in range(1, len(hw)):
+            dw, du = hw[s] - hw[s - 1], hu[s] - hu[s - 1]
+            eff.append(du / dw)
+            item.append(k)
+            pick.append(hc[s])
+            dws.append(dw)
+            dus.append(du)
+    # by falling efficiency; the sort is stable, so ties keep (item, step) order
+    order = sorted(range(len(eff)), key=eff.__getitem__, reverse=True)
     own = capacity if owned is None else min(owned, capacity)
 
     def fill(limit: int, price: float) -> tuple[dict[int, int], float]:
         level: dict[int, int] = {}
         closed: set[int] = set()
         used, value = 0, 0.0
-        for _, k, _step, ci, dw, du in incs:
+        for x in order:
             if used >= limit:
                 break  # full: nothing more fits
+            k = item[x]
             if k in closed:
                 continue
-            lent_added = max(0, used + dw - own) - max(0, used - own)
-            if used + dw > limit or (lent_added and du <= price * lent_added):
+            dw = dws[x]
+            after = used + dw
+            # lent GPUs this increment adds: max(0, after − own) − max(0, used − own)
+            lent_added = 0 if after <= own else after - own - (used - own if used > own else 0)
+            if after > limit or (lent_added and dus[x] <= price * lent_added):
                 closed.add(k)
                 continue
-            level[k] = ci
+            level[k] = pick[x]
             used += dw
-            value += du
+            value += dus[x]
         return level, value
 
     level, value = fill(own, 0.0)
@@ -565,7 +586,8 @@ def decide(snapshot: Snapshot) -> Decision:
     cfg = snapshot.config
     jobs = sorted(snapshot.jobs, key=lambda j: (j.arrival, j.job_id))
     for j in jobs:
-        if not j.options or any(a.gpus >= b.gpus for a, b in zip(j.options, j.options[1:], strict=False)):
+        counts = [o.gpus for o in j.options]
+        if not counts or any(map(operator.ge, counts, counts[1:])):
             raise ValueError(f"job {j.job_id}: options must be non-empty with increasing GPU counts")
     jobs = [guarded(j, cfg.guarantee_margin) for j in jobs]
     snapshot = replace(snapshot, jobs=tuple(jobs))
