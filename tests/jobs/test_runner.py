@@ -101,7 +101,7 @@ def test_autolrs_job_resumes_its_stage_on_another_worker_count(ray_cluster: Any)
     from tidal.jobs.runner import storage_root
     from tidal.jobs.worker import init_world_of_one
 
-    tuner = AutoLRS(trials=3, startup_trials=2, first_stage=12, min_probe=3)
+    tuner = AutoLRS(trials=3, startup_trials=2, first_stage=12, min_probe=3, min_trials=3)  # 3 a stage
     spec = tiny_gpt_spec(name="autolrs-ray", lr=tuner, total_steps=60, checkpoint_every=1000)
     init_world_of_one("gloo")
     whole = _run(spec, Plan(dp=1, zero_stage=1, micro_batch=8), None, None)
