@@ -219,13 +219,9 @@ def utilities(job: JobView, now: float, cfg: PolicyConfig) -> list[float]:
     weight = 1.0 + max(0.0, now - job.arrival) / cfg.aging_s
     restart = job.restart_cost_s
     out = [weight / max(restart + work / o.samples_per_s, 1e-6) for o in job.options]
-    cur = job.current
-    if cur is not None:  # what it runs now costs no restart
-        for i, o in enumerate(job.options):
-            if o.gpus == cur.gpus:
-                if o.plan == cur.plan:
-                    out[i] = weight / max(work / o.samples_per_s, 1e-6)
-                break
+    i, cur = current_index(job), job.current
+    if i is not None and cur is not None and job.options[i].plan == cur.plan:  # runs it: no restart
+        out[i] = weight / max(work / job.options[i].samples_per_s, 1e-6)
     return out
 
 
