@@ -34,7 +34,7 @@ demo: data
 
 lint: $(STAMP)
 	$(BIN)/ruff check tidal tests benchmarks examples
-	$(BIN)/mypy tidal
+	$(BIN)/mypy tidal benchmarks
 
 test: data lint
 	$(BIN)/pytest -q --durations=20

@@ -31,6 +31,7 @@ import csv
 import os
 import random
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -65,7 +66,7 @@ def _plan_key(model: str, plan: Plan, seq: int) -> tuple[object, ...]:
             plan.micro_batch, seq)
 
 
-def _row_key(r: dict[str, str]) -> tuple[object, ...]:
+def _row_key(r: Mapping[str, str]) -> tuple[object, ...]:
     """A table row's `_plan_key`."""
     return (r["model"], int(r["zero_stage"]), r["offload"] == "cpu", r["act_ckpt"] == "1",
             int(r["micro_batch"]), int(r["seq"]))

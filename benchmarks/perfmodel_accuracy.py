@@ -127,11 +127,11 @@ def read_rows(path: Path) -> list[Row]:
             out.append(Row(r["model"], params, plan, seq, batch, step, peak, r["status"],
                            parts, ratio))  # type: ignore[arg-type]
     # an `oom` row may leave params (and the times) empty: the model's other rows give them
-    known = {r.model: r.params for r in out if r.params > 0}
-    for r in out:
-        if r.model not in known:
-            raise SystemExit(f"{path}: no row of model {r.model!r} gives its params")
-    return [replace(r, params=known[r.model]) for r in out]
+    known = {row.model: row.params for row in out if row.params > 0}
+    for row in out:
+        if row.model not in known:
+            raise SystemExit(f"{path}: no row of model {row.model!r} gives its params")
+    return [replace(row, params=known[row.model]) for row in out]
 
 
 def regret(predicted: list[float], measured: list[float]) -> float:

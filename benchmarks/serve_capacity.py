@@ -38,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     serve.start(http_options={"host": "127.0.0.1", "port": args.port})
     dep = serve.deployment(GPTServer, name="gpt", ray_actor_options={"num_gpus": 1, "num_cpus": 1},
                            num_replicas=1, max_ongoing_requests=64)
-    serve.run(dep.bind(None, {"seq_len": 64, "d_model": 64, "n_layer": 2}), name="gpt", route_prefix="/gpt")
+    serve.run(dep.bind(None, {"seq_len": 64, "d_model": 64, "n_layer": 2}),  # type: ignore[attr-defined]
+              name="gpt", route_prefix="/gpt")
     url = f"http://127.0.0.1:{args.port}/gpt"
     prompts = ["ROMEO:", "First Citizen:\n", "To be, or not", "KING HENRY:"]
     body = lambda i: {"prompt": prompts[i % len(prompts)], "max_new_tokens": args.tokens, "seed": i}  # noqa: E731

@@ -105,24 +105,24 @@ def main(argv: list[str] | None = None) -> int:
               f"{'viol. not worse':>17}")
         base = PolicyConfig()
         rows: list[tuple[str, PolicyConfig, Truth]] = [("default", base, truth)]
-        rows += [(f"{k}={v:g}", replace(base, **{k: v}), truth)
+        rows += [(f"{k}={v:g}", replace(base, **{k: v}), truth)  # type: ignore[arg-type]
                  for k, vals in SENSITIVITY.items() for v in vals]
         rows += [(f"truth: {e} extrapolation", base, Truth(args.traces, e))
                  for e in EXTRAPOLATIONS if e != args.extrapolation]
         for label, pc, world in rows:
             if label == "default":
-                j, m, ok = list(jct.values()), list(mk.values()), sum(viol_ok.values())
+                js, ms, ok = list(jct.values()), list(mk.values()), sum(viol_ok.values())
             else:
                 c = replace(cfg, policy=pc)
                 runs = {n: run(jobs, world, planner, "tidal", c) for n, jobs in workloads}
                 ref = results if world is truth else {
                     n: {"rubick": run(jobs, world, planner, "rubick", cfg)} for n, jobs in workloads}
-                j = [ref[n]["rubick"]["avg_jct_s"] / runs[n]["avg_jct_s"] for n in runs]
-                m = [ref[n]["rubick"]["makespan_s"] / runs[n]["makespan_s"] for n in runs]
+                js = [ref[n]["rubick"]["avg_jct_s"] / runs[n]["avg_jct_s"] for n in runs]
+                ms = [ref[n]["rubick"]["makespan_s"] / runs[n]["makespan_s"] for n in runs]
                 ok = sum(r["guarantee_violation_s"] <= ref[n]["rubick"]["guarantee_violation_s"] + 1e-6
                          for n, r in runs.items())
-            print(f"{label:<30}{geomean(j):>14.3f}{min(j):>10.3f}{geomean(m):>14.3f}{min(m):>10.3f}"
-                  f"{f'{ok}/{len(j)}':>17}", flush=True)
+            print(f"{label:<30}{geomean(js):>14.3f}{min(js):>10.3f}{geomean(ms):>14.3f}{min(ms):>10.3f}"
+                  f"{f'{ok}/{len(js)}':>17}", flush=True)
 
     print(f"\nsweep_workloads: {len(results)}")
     print(f"sweep_geomean_jct_speedup_vs_rubick: {geomean(list(jct.values())):.3f}")
