@@ -67,6 +67,9 @@ class AutoLRS:
                     challenger loses costs one losing probe (on benchmarks/autolrs_speedup.py,
                     seeds 0-2: 71-100 losing probe steps in 800 against 123-126 with 3, and a
                     better schedule on every seed: the probes' overhead delayed the stages).
+                    `trials=2, startup_trials=2` is the shortest search: the last winner
+                    against one challenger drawn at random within `max_change` of it, one
+                    losing probe a stage (what benchmarks/autolrs_speedup.py runs; README).
     max_change:     after the first stage, candidates lie within a factor `max_change` of the
                     previous winner (inside the range): a short probe forecast over a long stage
                     can favour an LR whose curve falls fast after its own spike, and one stage
