@@ -123,11 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     # Probes of τ/20 (at least 5 steps), and one challenger a stage: the last winner against one
     # candidate drawn at random within `max_change` of it (trials = startup_trials = 2; the first
     # stage draws both). A stage's losing probe steps are then exactly one probe, about τ/20.
-    # Chosen over the GP search of up to 5 trials on seeds 0-2 and on a second model (d_model 96,
-    # 6 layers), all of the same budget (autolrs_vs_tuned / vs_recipe / losing probe steps before
-    # the target): 1.070 / 1.550 / 34, 1.258 / 1.681 / 18, 0.778 / 1.130 / 34, 1.258 / 1.439 / 18
-    # against 0.937 / 1.521 / 87, 0.978 / 1.465, 0.875 / 1.423, 1.235 / 1.408 / 44. Better on
-    # three of the four, worse on seed 2 (README, AutoLRS).
+    # Chosen over the GP search of up to 5 trials on seeds 0-2 and a second model by all three
+    # figures: better on three runs of four, worse on seed 2 (the table: README, AutoLRS).
     tuner = AutoLRS(lr_min=min(args.grid), lr_max=max(args.grid), trials=2, startup_trials=2,
                     first_stage=max(20, n // 10), growth=2.0, max_stage=n, probe_fraction=0.05,
                     min_probe=5, warmup_steps=max(1, n // 20))
