@@ -62,14 +62,19 @@ every restart into the decision itself: a change must save more than the restart
    on one node when one has room (best fit), otherwise over the fewest nodes; every job takes
    owned GPUs before lent ones, and guaranteed jobs never take lent GPUs (their guarantee must
    not depend on capacity inference can recall). CPUs and host memory per GPU are checked on
-   every node; capacity is never exceeded. A guaranteed job is never placed over more nodes than
-   its GPUs need packed: its floor is what its request gives packed, and the same GPUs spread
-   over more nodes run slower (more traffic between nodes). Where the free GPUs are that
-   fragmented it tries fewer GPUs down to its floor, then waits (admission control) and the
-   knapsack runs again without it. On the sweep's workloads with guaranteed jobs, spread
-   placements had been most of the guarantee violation (workload-base-sla50: 32,180 of
-   82,162 s); with this rule none is left, and avg JCT and makespan fell on every one of them
-   (e.g. 3,475 → 3,076 s and 66,974 → 62,847 s).
+   every node; capacity is never exceeded. No job's owned GPUs are placed over more nodes than
+   they need packed (lent GPUs, borrowed where inference leaves them, may add nodes): every
+   option's throughput is predicted packed, and the same GPUs spread over more nodes run
+   slower (more traffic between nodes; tensor-parallel groups split across nodes). Where the
+   free GPUs are that fragmented the job tries fewer GPUs (down to its floor), then waits and
+   the knapsack runs again without it. For guaranteed jobs this rule came first: spread
+   placements had been most of the sweep's guarantee violation (workload-base-sla50: 32,180 of
+   82,162 s). For best-effort jobs it came later: the simulator showed Tidal's llama30 jobs on
+   spread placements for 1,769 of their 1,959 GPU-kiloseconds (workload-base-rate2, linear
+   truth; the Rubick re-implementation 13 of 1,509), at a fraction of the packed speed.
+5. Growth into idle GPUs (`grow_into_idle`): owned GPUs the decision leaves idle go to running
+   jobs whose growth pays its restart over their real remaining work (the objective's
+   horizon cap hides that when nobody competes for them).
 
 **Lent GPUs** (inference GPUs Serve does not need now: `Node.recallable`) are worth less than
 owned ones by their expected recall cost. Guarantees (phase 1) count owned GPUs only. The
@@ -100,6 +105,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import math
 import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -187,6 +193,9 @@ class PolicyConfig:
     # truth (the smallest margin that kept every workload of benchmarks/sim_sweep.py within the
     # Rubick re-implementation's violation; module docstring)
     guarantee_margin: float = 0.1
+    # phase 5 (module docstring): owned GPUs no job was given go to running jobs whose growth
+    # pays its restart over their real remaining work
+    grow_into_idle: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -540,6 +549,12 @@ class _Pool:
         packed (more than there are if none do)."""
         return bisect.bisect_left(self.packed, g) + 1
 
+    def spread(self, placed: tuple[tuple[str, int], ...]) -> bool:
+        """Whether a placement's owned GPUs lie on more owned nodes than they need packed (lent
+        GPUs, borrowed where inference leaves them, may add nodes)."""
+        own = [g for nid, g in placed if not self.free[nid].node.recallable]
+        return len(own) > self.fewest_nodes(sum(own))
+
     def place(self, job: JobView, o: Option) -> tuple[tuple[str, int], ...] | None:
         """GPUs for option `o` (the class docstring's rule), taken from the pool; None if none."""
         pools = (False,) if job.guarantee is not None else (False, True)
@@ -599,20 +614,77 @@ def decide(snapshot: Snapshot) -> Decision:
     kept = {j.job_id: i for j in running if j.restarts >= cfg.max_restarts and j.job_id not in frozen
             and (i := current_index(j)) is not None}
     # A job the knapsack (which counts GPUs) chose but placement cannot host (its CPUs or memory
-    # are not there) waits, and the knapsack runs again without it, so that it does not hold
-    # GPUs nobody else may use (at most a few rounds: each drops at least one job).
+    # are not there, or not on as few nodes as its GPUs need) waits, and the knapsack runs again
+    # without it, so that it does not hold GPUs nobody else may use. Every round drops at least
+    # one job, and the decision returned is always one with none left stuck: stopping after a
+    # fixed number of rounds (4, as this did first) returned a decision whose knapsack had
+    # given a floor to a job that could not be placed, and its GPUs sat idle (one workload of
+    # benchmarks/sim_sweep.py: 48 of 64 GPUs for hours, while four guaranteed jobs too big for
+    # the free nodes were dropped one per round).
     unplaceable: dict[str, str] = {}
-    for _ in range(4):
+    pinned = frozenset(frozen) | frozenset(kept)
+    while True:
         new_choice, reasons = _choose_counts(jobs, capacity, {**frozen, **dict.fromkeys(unplaceable)},
                                              cfg, snapshot.now, lent=lent, risk=risk,
                                              kept={k: v for k, v in kept.items() if k not in unplaceable})
-        d = place(snapshot, new_choice, {**reasons, **unplaceable}, running=running, pack_guaranteed=True)
+        reasons = {**reasons, **unplaceable}
+        d = place(snapshot, new_choice, reasons, running=running, pack=True)
         stuck = [jid for jid, i in new_choice.items()
                  if i is not None and jid not in d.allocations and jid not in frozen]
         if not stuck:
             break
         unplaceable.update({jid: d.reasons.get(jid, "waiting: cannot be placed") for jid in stuck})
+    if cfg.grow_into_idle:
+        d = grow_into_idle(snapshot, d, reasons, running, pinned, capacity)
     return d
+
+
+def grow_into_idle(snapshot: Snapshot, d: Decision, reasons: Mapping[str, str], running: list[JobView],
+                   pinned: frozenset[str], capacity: int) -> Decision:
+    """Phase 5: owned GPUs that the decision leaves idle (no waiting job can use them: the
+    knapsack gives every GPU a waiting job fits) go to allocated jobs whose growth pays for its
+    restart over their *real* remaining work, not the horizon-capped work of the objective:
+
+        grow j from option i to k  iff  saving = W_j/s_j(i) − (R_j + W_j/s_j(k)) > 0
+
+    W_j: remaining samples, R_j: its restart cost (0 when the decision restarts or starts it
+    anyway). The growths are chosen by the phase-2 knapsack over the idle GPUs, maximising the
+    seconds saved in all. Jobs at half their restart allowance or more do not grow (growth that
+    is undone when others arrive costs a restart each way; without this gate a job thrashed
+    into `max_restarts`). If a grown job cannot be placed, the decision stays as it was.
+
+    Why: the horizon cap makes long jobs compare by throughput, but with no competitor the cap
+    hid what growth saves: on benchmarks/sim_sweep.py a t5 job shrunk to 4 GPUs ran its last
+    16,000 s there alone on an 18%-busy cluster, and llama30 jobs ran alone on 32 of 64 GPUs."""
+    cfg = snapshot.config
+    owned = {n.node_id for n in snapshot.nodes if not n.recallable}
+    idle = capacity - sum(g for a in d.allocations.values() for nid, g in a.gpus_by_node if nid in owned)
+    if idle <= 0:
+        return d
+    by_id = {j.job_id: j for j in snapshot.jobs}
+    now_at = {jid: next(i for i, o in enumerate(by_id[jid].options) if o.gpus == a.gpus)
+              for jid, a in d.allocations.items()}
+    items: Items = []
+    for jid, i in now_at.items():
+        j = by_id[jid]
+        if (jid in pinned or j.restarts >= cfg.max_restarts // 2
+                or not 0 < j.remaining_samples < math.inf):
+            continue
+        cur = j.options[i]
+        restart = 0.0 if j.current is None or jid in d.changed else j.restart_cost_s
+        t_cur = j.remaining_samples / cur.samples_per_s
+        ups = [(o.gpus - cur.gpus, saving, k) for k, o in enumerate(j.options[i + 1:], start=i + 1)
+               if (saving := t_cur - restart - j.remaining_samples / o.samples_per_s) > 0]
+        if ups:
+            items.append((j, ups))
+    # which growths, within the idle GPUs, save the most seconds in all: the same
+    # multiple-choice knapsack as phase 2, over savings
+    grown = _knapsack(items, idle)
+    if not grown:
+        return d
+    new: dict[str, int | None] = {**now_at, **grown}
+    out = place(snapshot, new, reasons, running=running, pack=True)
+    return out if all(jid in out.allocations for jid in d.allocations) else d
 
 
 def _running(snapshot: Snapshot) -> list[JobView]:
@@ -624,7 +696,7 @@ def _running(snapshot: Snapshot) -> list[JobView]:
 
 def place(snapshot: Snapshot, choice: Mapping[str, int | None],
           reasons: Mapping[str, str] | None = None,
-          running: list[JobView] | None = None, pack_guaranteed: bool = False) -> Decision:
+          running: list[JobView] | None = None, pack: bool = False) -> Decision:
     """Phase 4, for any choice of option per job (`decide`'s, or a baseline's in `tidal.sim`):
     unchanged running jobs keep their GPUs; the others are placed largest first (guaranteed
     jobs before best-effort ones), on one node when one has room, else over the fewest nodes,
@@ -673,16 +745,15 @@ def place(snapshot: Snapshot, choice: Mapping[str, int | None],
                 placed = j.current.gpus_by_node
                 break
             placed = pool.place(j, j.options[idx])
-            if (placed is not None and pack_guaranteed and j.guarantee is not None
-                    and len(placed) > pool.fewest_nodes(j.options[idx].gpus)):
-                for nid, g in placed:  # spread thinner than its request: slower than promised
+            if placed is not None and pack and pool.spread(placed):
+                for nid, g in placed:  # over more nodes than its GPUs need: slower than predicted
                     pool.give(free[nid], j.options[idx], g)
                 placed, spread = None, True
             if placed is None:  # CPUs or memory too scarce for this many GPUs: try fewer
                 floor = guarantee_index(j, snapshot.config.guarantee_margin) or 0
                 idx = idx - 1 if idx > floor else None
         if placed is None or idx is None:
-            reasons[j.job_id] = ("waiting: its guarantee needs its GPUs on as few nodes as its request"
+            reasons[j.job_id] = ("waiting: its GPUs fit only spread over more nodes than they need"
                                  if spread else "waiting: no node has the CPUs/memory for its GPUs")
             continue
         alloc = Allocation(gpus_by_node=placed, plan=j.options[idx].plan)
