@@ -19,7 +19,10 @@ truth's other extrapolation rules (`tidal.sim.tables`, step 4: what an unmeasure
 the measured GPU counts runs at; `--extrapolation` sets the headline's). Last lines:
 `sweep_geomean_jct_speedup_vs_rubick`, `sweep_geomean_makespan_speedup_vs_rubick`,
 `sweep_min_makespan_speedup_vs_rubick`, `sweep_guarantee_violation_not_worse`,
-`sweep_min_jct_speedup_vs_rubick`.
+`sweep_min_jct_speedup_vs_rubick`. `--seeds N` runs the family for N seeds (other synthetic
+workloads, guarantee draws and profile noise) and takes every figure over all of them: one
+seed's worst case can be one instance's luck (a change that lowers seed 0's worst JCT case can
+raise seeds 1 and 2's).
 """
 
 from __future__ import annotations
@@ -40,8 +43,9 @@ from tidal.sim.workload import SimJob, family
 METRICS = (("avg_jct_s", "JCT"), ("makespan_s", "makespan"), ("guarantee_violation_s", "violation"),
            ("idle_while_waiting_gpu_s", "idle·wait GPU-s"))
 # one constant at a time, around the default (PolicyConfig)
-SENSITIVITY = {"aging_s": (300.0, 600.0, 2400.0), "horizon_s": (300.0, 1200.0, 2400.0),
-               "guarantee_margin": (0.0, 0.05, 0.2)}
+SENSITIVITY: dict[str, tuple[float | bool, ...]] = {
+    "aging_s": (300.0, 600.0, 2400.0), "horizon_s": (300.0, 1200.0, 2400.0),
+    "guarantee_margin": (0.0, 0.05, 0.2), "grow_into_idle": (False,)}
 
 
 def geomean(xs: list[float]) -> float:
@@ -60,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="shared workload CSVs (the first also gets the guarantee and rate variants)")
     ap.add_argument("--policies", nargs="+", default=list(POLICIES), choices=list(POLICIES))
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seeds", type=int, default=1,
+                    help="run the family for seeds seed, seed+1, ... (synthetic workloads, guarantee "
+                         "draws, profile noise): the figures are over every workload of every seed")
     ap.add_argument("--jobs", type=int, default=400, help="jobs per synthetic workload")
     ap.add_argument("--extrapolation", choices=EXTRAPOLATIONS, default="flat",
                     help="the truth's rule outside the measured GPU counts (tidal.sim.tables)")
@@ -70,13 +77,16 @@ def main(argv: list[str] | None = None) -> int:
         truth = Truth(args.traces, args.extrapolation)
     except ValueError as e:
         ap.error(str(e))
-    planner = SimPlanner(truth=truth, seed=args.seed)
-    workloads = family(truth, [str(p) for p in args.workloads], seed=args.seed, jobs=args.jobs)
+    seeds = range(args.seed, args.seed + max(1, args.seeds))
+    planners = {s: SimPlanner(truth=truth, seed=s) for s in seeds}
+    # (name, jobs, seed): each seed's family, its names tagged with the seed when there are several
+    workloads = [(name if len(seeds) == 1 else f"{name}@{s}", jobs, s) for s in seeds
+                 for name, jobs in family(truth, [str(p) for p in args.workloads], seed=s, jobs=args.jobs)]
     cfg = SimConfig()
     t0 = time.time()
     results: dict[str, dict[str, dict[str, float]]] = {}
-    for i, (name, jobs) in enumerate(workloads):
-        results[name] = {p: run(jobs, truth, planner, p, cfg) for p in policies}
+    for i, (name, jobs, seed) in enumerate(workloads):
+        results[name] = {p: run(jobs, truth, planners[seed], p, cfg) for p in policies}
         print(f"[{i + 1}/{len(workloads)}] {name}: {len(jobs)} jobs ({time.time() - t0:.0f} s)", flush=True)
     print(f"\n{'workload':<36}{'policy':<13}" + "".join(f"{label:>14}" for _, label in METRICS))
     for name, by_policy in results.items():
@@ -105,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{'viol. not worse':>17}")
         base = PolicyConfig()
         rows: list[tuple[str, PolicyConfig, Truth]] = [("default", base, truth)]
-        rows += [(f"{k}={v:g}", replace(base, **{k: v}), truth)  # type: ignore[arg-type]
+        rows += [(f"{k}={v}", replace(base, **{k: v}), truth)  # type: ignore[arg-type]
                  for k, vals in SENSITIVITY.items() for v in vals]
         rows += [(f"truth: {e} extrapolation", base, Truth(args.traces, e))
                  for e in EXTRAPOLATIONS if e != args.extrapolation]
@@ -114,9 +124,9 @@ def main(argv: list[str] | None = None) -> int:
                 js, ms, ok = list(jct.values()), list(mk.values()), sum(viol_ok.values())
             else:
                 c = replace(cfg, policy=pc)
-                runs = {n: run(jobs, world, planner, "tidal", c) for n, jobs in workloads}
+                runs = {n: run(jobs, world, planners[sd], "tidal", c) for n, jobs, sd in workloads}
                 ref = results if world is truth else {
-                    n: {"rubick": run(jobs, world, planner, "rubick", cfg)} for n, jobs in workloads}
+                    n: {"rubick": run(jobs, world, planners[sd], "rubick", cfg)} for n, jobs, sd in workloads}
                 js = [ref[n]["rubick"]["avg_jct_s"] / runs[n]["avg_jct_s"] for n in runs]
                 ms = [ref[n]["rubick"]["makespan_s"] / runs[n]["makespan_s"] for n in runs]
                 ok = sum(r["guarantee_violation_s"] <= ref[n]["rubick"]["guarantee_violation_s"] + 1e-6
