@@ -99,11 +99,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eval-every", type=int, default=20)
     ap.add_argument("--grid", type=float, nargs="+", default=[1e-3, 3e-3, 1e-2])
     ap.add_argument("--autolrs-budget", type=float, default=2.0, help="AutoLRS's budget ÷ the baselines'")
+    ap.add_argument("--seed", type=int, default=0, help="model initialisation and data order of every method")
+    ap.add_argument("--model", default="128x4", help="the GPT's d_model x n_layer (4 heads, sequence 64)")
     ap.add_argument("--out", default="results")
     args = ap.parse_args(argv)
     torch.set_num_threads(max(1, torch.get_num_threads()))
     init_world_of_one()
-    size = dict(seq_len=64, d_model=128, n_layer=4, n_head=4)
+    try:
+        d_model, n_layer = (int(x) for x in args.model.split("x"))
+    except ValueError:
+        ap.error(f"--model: expected D_MODELxN_LAYER (e.g. 128x4), got {args.model!r}")
+    if d_model % 4 or min(d_model, n_layer) < 1:
+        ap.error(f"--model: d_model must be a positive multiple of the 4 heads, got {args.model!r}")
+    size = dict(seq_len=64, d_model=d_model, n_layer=n_layer, n_head=4, seed=args.seed)
     n, every = args.steps, args.eval_every
     runs: dict[str, list[dict[str, Any]]] = {}
     t0 = time.time()
