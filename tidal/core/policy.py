@@ -623,6 +623,15 @@ def decide(snapshot: Snapshot) -> Decision:
     # the free nodes were dropped one per round).
     unplaceable: dict[str, str] = {}
     pinned = frozenset(frozen) | frozenset(kept)
+    running_ids = {j.job_id for j in running}
+    floors = {j.job_id: j.options[gi].gpus for j in jobs
+              if j.guarantee is not None and (gi := guarantee_index(j, cfg.guarantee_margin)) is not None}
+    packed_gpus = list(itertools.accumulate(sorted((n.gpus for n in snapshot.nodes if not n.recallable),
+                                                   reverse=True)))
+
+    def fewest(g: int) -> int:  # as _Pool.fewest_nodes
+        return bisect.bisect_left(packed_gpus, g) + 1
+
     while True:
         new_choice, reasons = _choose_counts(jobs, capacity, {**frozen, **dict.fromkeys(unplaceable)},
                                              cfg, snapshot.now, lent=lent, risk=risk,
@@ -634,6 +643,16 @@ def decide(snapshot: Snapshot) -> Decision:
         if not stuck:
             break
         unplaceable.update({jid: d.reasons.get(jid, "waiting: cannot be placed") for jid in stuck})
+        # A guaranteed floor of g GPUs that found no k = fewest_nodes(g) nodes holding it rules
+        # out, in this decision, every waiting guaranteed floor of at least g GPUs on the same k
+        # nodes (the guaranteed are placed first, so they meet the same free GPUs): dropped
+        # together, not one a round (phase 1 admits them one at a time while its GPU count
+        # allows: hundreds of rounds where the free GPUs are fragmented).
+        for jid in stuck:
+            if d.reasons.get(jid, "").startswith(SPREAD_REASON) and (g := floors.get(jid)) is not None:
+                k = fewest(g)
+                unplaceable.update({oid: d.reasons[jid] for oid, og in floors.items()
+                                    if oid not in running_ids and og >= g and fewest(og) == k})
     if cfg.grow_into_idle:
         d = grow_into_idle(snapshot, d, reasons, running, pinned, capacity)
     return d
@@ -685,6 +704,10 @@ def grow_into_idle(snapshot: Snapshot, d: Decision, reasons: Mapping[str, str], 
     new: dict[str, int | None] = {**now_at, **grown}
     out = place(snapshot, new, reasons, running=running, pack=True)
     return out if all(jid in out.allocations for jid in d.allocations) else d
+
+
+SPREAD_REASON = "waiting: its GPUs fit only spread over more nodes than they need"
+CAPACITY_REASON = "waiting: no node has the CPUs/memory for its GPUs"
 
 
 def _running(snapshot: Snapshot) -> list[JobView]:
@@ -753,8 +776,7 @@ def place(snapshot: Snapshot, choice: Mapping[str, int | None],
                 floor = guarantee_index(j, snapshot.config.guarantee_margin) or 0
                 idx = idx - 1 if idx > floor else None
         if placed is None or idx is None:
-            reasons[j.job_id] = ("waiting: its GPUs fit only spread over more nodes than they need"
-                                 if spread else "waiting: no node has the CPUs/memory for its GPUs")
+            reasons[j.job_id] = SPREAD_REASON if spread else CAPACITY_REASON
             continue
         alloc = Allocation(gpus_by_node=placed, plan=j.options[idx].plan)
         allocations[j.job_id] = alloc
