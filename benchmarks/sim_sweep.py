@@ -72,12 +72,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="the truth's rule outside the measured GPU counts (tidal.sim.tables)")
     ap.add_argument("--no-sensitivity", action="store_true")
     args = ap.parse_args(argv)
+    if args.seeds < 1:
+        ap.error(f"--seeds must be >= 1, got {args.seeds}")
     policies = list(dict.fromkeys(["tidal", "rubick", *args.policies]))
     try:
         truth = Truth(args.traces, args.extrapolation)
     except ValueError as e:
         ap.error(str(e))
-    seeds = range(args.seed, args.seed + max(1, args.seeds))
+    seeds = range(args.seed, args.seed + args.seeds)
     planners = {s: SimPlanner(truth=truth, seed=s) for s in seeds}
     # (name, jobs, seed): each seed's family, its names tagged with the seed when there are several
     workloads = [(name if len(seeds) == 1 else f"{name}@{s}", jobs, s) for s in seeds
