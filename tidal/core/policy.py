@@ -502,6 +502,17 @@ def _take(f: _Free, o: Option, g: int) -> None:
     f.memory -= o.memory_per_gpu * g
 
 
+def _owned_prefix(nodes: Sequence[Node]) -> list[int]:
+    """GPUs on the k largest owned nodes, k = 1, 2, ... (`_fewest_nodes`)."""
+    return list(itertools.accumulate(sorted((n.gpus for n in nodes if not n.recallable), reverse=True)))
+
+
+def _fewest_nodes(prefix: list[int], g: int) -> int:
+    """The fewest owned nodes whose whole capacity holds g GPUs: how a request of g GPUs is
+    packed (more than there are if none do); `prefix` from `_owned_prefix`."""
+    return bisect.bisect_left(prefix, g) + 1
+
+
 class _Pool:
     """Free capacity per node, indexed by (recallable, free GPUs): placing a job looks at a few
     buckets in node order, not at every node (O(GPUs per node) per placement, not O(nodes)).
@@ -516,9 +527,7 @@ class _Pool:
         self.index = {n.node_id: i for i, n in enumerate(nodes)}
         self.top = max((n.gpus for n in nodes), default=0)
         self.buckets: dict[tuple[bool, int], list[int]] = {}
-        # GPUs on the k largest owned nodes, k = 1, 2, ... (`fewest_nodes`)
-        self.packed = list(itertools.accumulate(sorted((n.gpus for n in nodes if not n.recallable),
-                                                       reverse=True)))
+        self.packed = _owned_prefix(nodes)
         for i in range(len(self.nodes)):
             self._add(i)
 
@@ -545,9 +554,7 @@ class _Pool:
         self._add(i)
 
     def fewest_nodes(self, g: int) -> int:
-        """The fewest owned nodes whose whole capacity holds g GPUs: how a request of g GPUs is
-        packed (more than there are if none do)."""
-        return bisect.bisect_left(self.packed, g) + 1
+        return _fewest_nodes(self.packed, g)
 
     def spread(self, placed: tuple[tuple[str, int], ...]) -> bool:
         """Whether a placement's owned GPUs lie on more owned nodes than they need packed (lent
@@ -626,12 +633,7 @@ def decide(snapshot: Snapshot) -> Decision:
     running_ids = {j.job_id for j in running}
     floors = {j.job_id: j.options[gi].gpus for j in jobs
               if j.guarantee is not None and (gi := guarantee_index(j, cfg.guarantee_margin)) is not None}
-    packed_gpus = list(itertools.accumulate(sorted((n.gpus for n in snapshot.nodes if not n.recallable),
-                                                   reverse=True)))
-
-    def fewest(g: int) -> int:  # as _Pool.fewest_nodes
-        return bisect.bisect_left(packed_gpus, g) + 1
-
+    prefix = _owned_prefix(snapshot.nodes)
     while True:
         new_choice, reasons = _choose_counts(jobs, capacity, {**frozen, **dict.fromkeys(unplaceable)},
                                              cfg, snapshot.now, lent=lent, risk=risk,
@@ -650,9 +652,9 @@ def decide(snapshot: Snapshot) -> Decision:
         # allows: hundreds of rounds where the free GPUs are fragmented).
         for jid in stuck:
             if d.reasons.get(jid, "").startswith(SPREAD_REASON) and (g := floors.get(jid)) is not None:
-                k = fewest(g)
+                k = _fewest_nodes(prefix, g)
                 unplaceable.update({oid: d.reasons[jid] for oid, og in floors.items()
-                                    if oid not in running_ids and og >= g and fewest(og) == k})
+                                    if oid not in running_ids and og >= g and _fewest_nodes(prefix, og) == k})
     if cfg.grow_into_idle:
         d = grow_into_idle(snapshot, d, reasons, running, pinned, capacity)
     return d
