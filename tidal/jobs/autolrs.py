@@ -125,10 +125,14 @@ class AutoLRS:
         """The LR the optimizer is built with (every step's LR is set by the tuner)."""
         return math.sqrt(self.lr_min * self.lr_max)
 
+    @property
+    def warmup_peak(self) -> float:
+        """The LR the warm-up ends at: `warmup_lr`, or the initial LR."""
+        return self.warmup_lr if self.warmup_lr is not None else self.initial_lr
+
     def warmup(self, step: int) -> float:
-        """The LR of warm-up step `step` (< warmup_steps): linear to warmup_lr."""
-        peak = self.warmup_lr if self.warmup_lr is not None else self.initial_lr
-        return peak * (step + 1) / self.warmup_steps
+        """The LR of warm-up step `step` (< warmup_steps): linear to `warmup_peak`."""
+        return self.warmup_peak * (step + 1) / self.warmup_steps
 
 
 # -- the forecast ---------------------------------------------------------------------------
@@ -254,7 +258,7 @@ class Tuner:
         prev = self.previous_winner()
         if prev is not None or self.cfg.warmup_steps == 0:
             return prev
-        return self.cfg.warmup_lr if self.cfg.warmup_lr is not None else self.cfg.initial_lr
+        return self.cfg.warmup_peak
 
     def bounds(self) -> tuple[float, float]:
         """This stage's candidate range: the configured one, or within `max_change` of the
