@@ -74,6 +74,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--fragmented", action="store_true", help="the hardest round to place (module docstring)")
     args = ap.parse_args()
+    if args.jobs < 1 or args.rounds < 1:
+        ap.error(f"--jobs and --rounds must be >= 1, got {args.jobs} and {args.rounds}")
+    if args.gpus < 8 or args.gpus % 8:
+        ap.error(f"--gpus must be a positive multiple of 8 (nodes of 8 GPUs), got {args.gpus}")
+    if args.fragmented and args.jobs <= args.gpus // 8:
+        ap.error(f"--fragmented: --jobs must exceed the {args.gpus // 8} nodes (one running job each), "
+                 f"got {args.jobs}")
     snap = fragmented(args.jobs, args.gpus) if args.fragmented else snapshot(args.jobs, args.gpus)
     times = []
     for _ in range(args.rounds):
