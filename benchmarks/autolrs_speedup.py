@@ -151,8 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     # matching the tuned run (the rest of its budget is spent beyond what the tuned run reached)
     to_target = next((r["probe_steps"] for r in auto if r["compute_steps"] >= reached["autolrs"]), probes)
     print(f"\nautolrs: {probes} of its {auto[-1]['compute_steps']} compute steps were losing probes "
-          f"({probes / n:.0%} of the tuned run's {n} steps); {to_target} of them before it reached the "
-          f"target ({to_target / n:.0%})")
+          f"({probes / n:.1%} of the tuned run's {n} steps); {to_target} of them before it reached the "
+          f"target ({to_target / n:.1%})")
     baseline_steps = min(s for k, s in reached.items() if k != "autolrs")
     # What the schedule alone is worth: the data steps AutoLRS needs, as if probes were free.
     # The speedup can never exceed this bound, whatever the probes cost.

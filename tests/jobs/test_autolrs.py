@@ -223,3 +223,13 @@ def test_warmup_comes_before_the_first_stage_and_counts_against_the_budget() -> 
     assert cfg.warmup(0) == pytest.approx(2e-4) and cfg.warmup(9) == pytest.approx(2e-3)
     tight = Tuner(cfg, seed=0, budget=20)  # 10 steps left after warm-up: no room for a search
     assert not tight.state.searching and tight.state.tau == 10
+
+
+def test_a_stage_the_budget_cuts_short_probes_for_the_stage_it_runs() -> None:
+    cfg = AutoLRS(first_stage=400, max_stage=400, trials=2, startup_trials=2, probe_fraction=0.05,
+                  min_probe=5)
+    roomy = Tuner(cfg, seed=0, budget=1000)
+    assert (roomy.state.tau, roomy.state.probe_len) == (400, 20)
+    cut = Tuner(cfg, seed=0, budget=146)  # 146 steps left: a 7-step probe, not a 400-step stage's 20
+    assert cut.state.searching and cut.state.probe_len == 7
+    assert cut.state.tau == 146 - 7  # the losing probe is paid out of the stage

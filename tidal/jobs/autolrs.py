@@ -346,10 +346,15 @@ class Tuner:
     def _begin(self, position: int, tau: int, compute: int) -> None:
         """A stage of (up to) τ steps at `position`, shrunk to what the budget (in compute steps)
         has left after the search; when the rest cannot pay for a search, the stage trains on
-        with the previous winner."""
+        with the previous winner.
+
+        The probe is sized for the stage that will run: τ′ = probe_len(min(τ, left)). A stage
+        the budget cuts from 400 steps to 140 probes for 7 steps, not for the 20 of a 400-step
+        stage (on benchmarks/autolrs_speedup.py the last stage's losing probe fell from 20 steps
+        to 7; every earlier stage is unchanged)."""
         s, cfg = self.state, self.cfg
         left = self.budget - max(compute, position)
-        probe = cfg.probe_len(tau)
+        probe = cfg.probe_len(min(tau, max(left, 0)))
         overhead = (cfg.trials - 1) * probe
         s.stage_start = position
         s.trials = []
