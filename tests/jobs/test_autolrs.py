@@ -226,10 +226,19 @@ def test_warmup_comes_before_the_first_stage_and_counts_against_the_budget() -> 
 
 
 def test_a_stage_the_budget_cuts_short_probes_for_the_stage_it_runs() -> None:
-    cfg = AutoLRS(first_stage=400, max_stage=400, trials=2, startup_trials=2, probe_fraction=0.05,
-                  min_probe=5)
-    roomy = Tuner(cfg, seed=0, budget=1000)
-    assert (roomy.state.tau, roomy.state.probe_len) == (400, 20)
-    cut = Tuner(cfg, seed=0, budget=146)  # 146 steps left: a 7-step probe, not a 400-step stage's 20
-    assert cut.state.searching and cut.state.probe_len == 7
-    assert cut.state.tau == 146 - 7  # the losing probe is paid out of the stage
+    cfg = AutoLRS(first_stage=100, growth=4.0, max_stage=400, trials=2, startup_trials=2,
+                  probe_fraction=0.05, min_probe=5)
+
+    def second_stage(budget: int) -> TunerState:
+        t = Tuner(cfg, seed=0, budget=budget)
+        assert (t.state.tau, t.state.probe_len) == (100, 5)
+        t.next_stage(position=100, compute=105)  # the first stage's losing probe spent
+        return t.state
+
+    roomy = second_stage(1000)
+    assert (roomy.tau, roomy.probe_len, roomy.searching) == (400, 20, True)
+    cut = second_stage(105 + 146)  # 146 steps left: a 7-step probe, not a 400-step stage's 20
+    assert (cut.tau, cut.probe_len, cut.searching) == (146 - 7, 7, True)
+    # cut below the first stage's length, a search would cost as much as the stage: none
+    short = second_stage(105 + 60)
+    assert (short.tau, short.probe_len, short.searching) == (60, 0, False)

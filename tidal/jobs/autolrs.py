@@ -351,14 +351,16 @@ class Tuner:
         The probe is sized for the stage that will run: τ′ = probe_len(min(τ, left)). A stage
         the budget cuts from 400 steps to 140 probes for 7 steps, not for the 20 of a 400-step
         stage (on benchmarks/autolrs_speedup.py the last stage's losing probe fell from 20 steps
-        to 7; every earlier stage is unchanged)."""
+        to 7; every earlier stage is unchanged). A stage cut below `first_stage`, the shortest
+        stage the settings think worth a search, trains on without one: its probes (at least
+        `min_probe` each) would cost as much as the stage itself."""
         s, cfg = self.state, self.cfg
         left = self.budget - max(compute, position)
         probe = cfg.probe_len(min(tau, max(left, 0)))
         overhead = (cfg.trials - 1) * probe
         s.stage_start = position
         s.trials = []
-        if left - overhead >= 2 * probe:
+        if min(tau, left - overhead) >= max(2 * probe, cfg.first_stage):
             s.tau, s.probe_len, s.searching = min(tau, left - overhead), probe, True
         else:
             s.tau, s.probe_len, s.searching = max(1, left), 0, False
