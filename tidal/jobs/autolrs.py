@@ -360,8 +360,9 @@ class Tuner:
         overhead = (cfg.trials - 1) * probe
         s.stage_start = position
         s.trials = []
-        if min(tau, left - overhead) >= max(2 * probe, cfg.first_stage):
-            s.tau, s.probe_len, s.searching = min(tau, left - overhead), probe, True
+        stage = min(tau, left - overhead)
+        if stage >= max(2 * probe, cfg.first_stage):
+            s.tau, s.probe_len, s.searching = stage, probe, True
         else:
             s.tau, s.probe_len, s.searching = max(1, left), 0, False
 
