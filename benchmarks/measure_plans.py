@@ -30,6 +30,7 @@ import argparse
 import csv
 import os
 import random
+import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -72,6 +73,39 @@ def _row_key(r: Mapping[str, str]) -> tuple[object, ...]:
             int(r["micro_batch"]), int(r["seq"]))
 
 
+def _grid(stages: str, micro_batches: str, global_batch: int) -> list[Plan]:
+    """The plans of --stages × checkpointing off/on × --micro-batches."""
+    combos = []
+    for tok in stages.split(","):
+        if tok not in ("0", "1", "2", "2o", "3", "3o"):
+            raise SystemExit(f"--stages: {tok!r} is not one of 0, 1, 2, 2o, 3, 3o")
+        combos.append((int(tok[0]), tok.endswith("o")))
+    micro = [int(m) for m in micro_batches.split(",")]
+    if any(global_batch % m for m in micro):
+        raise SystemExit(f"--micro-batches {micro_batches}: each must divide --global-batch {global_batch}")
+    return [Plan(dp=1, zero_stage=stage, offload_optimizer=off, activation_checkpointing=ac,
+                 micro_batch=mb, grad_accum=global_batch // mb)
+            for stage, off in combos for ac in (False, True) for mb in micro]
+
+
+def _plans(tokens: str, global_batch: int) -> list[Plan]:
+    """--plans: STAGE[o][a]@MICRO tokens, in their order."""
+    out = []
+    for tok in tokens.split(","):
+        m = re.fullmatch(r"([0-3])(o?)(a?)@(\d+)", tok.strip())
+        if m is None or (m.group(2) and m.group(1) == "0"):
+            raise SystemExit(f"--plans: {tok!r} is not STAGE[o][a]@MICRO (stage 0-3, 'o' only "
+                             f"with stage 1-3), e.g. 2o@16")
+        mb = int(m.group(4))
+        if mb < 1 or global_batch % mb:
+            raise SystemExit(f"--plans: {tok!r}: micro-batch {mb} does not divide --global-batch "
+                             f"{global_batch}")
+        out.append(Plan(dp=1, zero_stage=int(m.group(1)), offload_optimizer=bool(m.group(2)),
+                        activation_checkpointing=bool(m.group(3)), micro_batch=mb,
+                        grad_accum=global_batch // mb))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=None,
@@ -86,33 +120,25 @@ def main() -> None:
     ap.add_argument("--cuda", action="store_true", help="profile on the GPU (bf16)")
     ap.add_argument("--stages", default="0,1,2,2o,3,3o",
                     help="ZeRO stages to measure; 'o' = with CPU optimizer offload")
+    ap.add_argument("--plans", default=None,
+                    help="comma-separated STAGE[o][a]@MICRO plans, measured in this order instead of "
+                         "the shuffled grid ('o': optimizer offload, 'a': activation checkpointing; "
+                         "e.g. 1@8,2o@16,3a@2); the models take turns on each")
     ap.add_argument("--deadline-min", type=float, default=None, help="start no plan after this")
     ap.add_argument("--resume", action="store_true",
                     help="keep the rows already in --out and measure only the missing plans")
     args = ap.parse_args()
     if args.out is None:
         args.out = Path("gpu-measurements.csv") if args.cuda else CPU_TABLE
-    combos = []
-    for tok in args.stages.split(","):
-        if tok not in ("0", "1", "2", "2o", "3", "3o"):
-            raise SystemExit(f"--stages: {tok!r} is not one of 0, 1, 2, 2o, 3, 3o")
-        combos.append((int(tok[0]), tok.endswith("o")))
-    micro = [int(m) for m in args.micro_batches.split(",")]
-    if any(args.global_batch % m for m in micro):
-        raise SystemExit(f"--micro-batches {args.micro_batches}: each must divide --global-batch "
-                         f"{args.global_batch}")
+    plans = _plans(args.plans, args.global_batch) if args.plans else \
+        _grid(args.stages, args.micro_batches, args.global_batch)
     models = args.models.split(",")
     specs = [job(m, args.seq, args.global_batch, "bf16" if args.cuda else "fp32") for m in models]
     names = ["tinygpt-d128-l4" if m == "tinygpt" else m for m in models]
-    plans = [Plan(dp=1, zero_stage=stage, offload_optimizer=off, activation_checkpointing=ac,
-                  micro_batch=mb, grad_accum=args.global_batch // mb)
-             for stage, off in combos for ac in (False, True) for mb in micro]
-    # Measured in a shuffled order, the models taking turns, so that a table cut short by the
-    # deadline still spans the grid and every model; written back in grid order at the end (the
-    # sample selection breaks ties by row order).
     grid = [_plan_key(name, p, args.seq) for name in names for p in plans]
     shuffled = list(plans)
-    random.Random(0).shuffle(shuffled)
+    if not args.plans:
+        random.Random(0).shuffle(shuffled)
     work = [(name, spec, plan) for plan in shuffled
             for name, spec in zip(names, specs, strict=True)]
     params = {name: model_shape(spec)[0]

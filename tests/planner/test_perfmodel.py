@@ -7,7 +7,17 @@ from pathlib import Path
 import pytest
 
 from tidal.planner import traces
-from tidal.planner.perfmodel import Hardware, PlanPoint, Sample, Theta, Workload, fit, informed, predict
+from tidal.planner.perfmodel import (
+    Breakdown,
+    Hardware,
+    PlanPoint,
+    Sample,
+    Theta,
+    Workload,
+    fit,
+    informed,
+    predict,
+)
 from tidal.planner.selection import crosses_network, family, select
 
 HW = Hardware()
@@ -58,6 +68,73 @@ def test_parameter_offload_costs_two_host_fetches_per_micro_batch() -> None:
     assert predict(TRUE, WORK, z3p, HW).iter == pytest.approx(predict(TRUE, WORK, z3, HW).iter + fetch)
     with pytest.raises(ValueError, match="stage 3"):
         PlanPoint(gpus_per_node=(4,), dp=4, zero_stage=2, offload_param=True)
+
+
+def test_zero3_gathers_once_per_forward_backward_and_recomputation() -> None:
+    """ZeRO-3 gathers the parameters in each micro-batch's forward (the profiler's forward
+    part), its backward, and again for a checkpointed recomputation."""
+    th = Theta(k_fwd=4e-3, k_fwd0=5e-3, k_bwd=2.0, k_z3=0.05)
+
+    def at(g: int, ac: bool = False) -> Breakdown:
+        return predict(th, WORK, PlanPoint(gpus_per_node=(1,), dp=1, zero_stage=3, act_ckpt=ac,
+                                           grad_accum=g), HW)
+
+    z1 = predict(th, WORK, PlanPoint(gpus_per_node=(1,), dp=1, zero_stage=1, grad_accum=4), HW)
+    assert at(4).fwd - z1.fwd == pytest.approx(4 * 0.05)
+    assert at(4).sync - z1.sync == pytest.approx(4 * 0.05)
+    comp = z1.fwd  # the forward's compute, recomputed under checkpointing
+    assert at(4, ac=True).iter - at(4).iter == pytest.approx(comp + 4 * 0.05)
+    assert at(8).iter - at(4).iter == pytest.approx(4 * (3 * th.k_fwd0 + 2 * 0.05))
+
+
+def test_offloaded_gradients_cost_every_micro_batch() -> None:
+    """Under optimizer offload each micro-batch's gradients go to the host (k_off each); the
+    CPU Adam step is paid once per step."""
+    th = Theta(k_fwd=4e-3, k_fwd0=0.0, k_cpu=3e-9, k_off=0.02)
+
+    def at(g: int) -> float:
+        return predict(th, WORK, PlanPoint(gpus_per_node=(1,), dp=1, zero_stage=1, offload=True,
+                                           grad_accum=g, cpu_threads=4), HW).iter
+
+    assert at(8) - at(1) == pytest.approx(7 * 0.02)
+
+
+def test_one_offload_sample_ties_its_gradient_traffic_to_the_adam_step() -> None:
+    """Iteration times with one offload sample cannot split the per-micro-batch gradient
+    traffic from the CPU Adam step: `fit` ties them at the host-bandwidth share; a second
+    accumulation count frees k_off."""
+    from tidal.planner.perfmodel import OFFLOAD_ACCUM_SHARE
+
+    pts = [PlanPoint(gpus_per_node=(1,), dp=1, grad_accum=g) for g in (1, 8)]
+    off = PlanPoint(gpus_per_node=(1,), dp=1, zero_stage=1, offload=True, grad_accum=4, cpu_threads=2)
+    times = [Sample(point=p, iter_s=predict(TRUE, WORK, p, HW).iter) for p in [*pts, off]]
+    th = fit(times, WORK, HW).theta
+    assert "k_off" not in informed(times)
+    assert th.k_off == pytest.approx(OFFLOAD_ACCUM_SHARE * th.k_cpu * WORK.params / 2, rel=1e-6)
+    two = [*times, Sample(point=(o := PlanPoint(gpus_per_node=(1,), dp=1, zero_stage=1, offload=True,
+                                                grad_accum=1, cpu_threads=2)),
+                          iter_s=predict(TRUE, WORK, o, HW).iter)]
+    assert "k_off" in informed(two)
+
+
+def test_four_picks_fix_the_compute_curve_first() -> None:
+    """With fewer picks than families, the first two are the plainest family at its fewest and
+    most accumulation steps: on a GPU-shaped truth (most of a small micro-batch's time is fixed
+    per micro-batch) the fit then predicts the other plain plans, which it never saw."""
+    truth = Theta(k_fwd=1e-3, k_fwd0=0.03, k_bwd=2.0, k_z2=0.04, k_z3=0.06, k_cpu=2e-9, k_off=0.1,
+                  k_const=0.01, k_opt=1e-10)
+    pts = [PlanPoint(gpus_per_node=(1,), dp=1, zero_stage=z, offload=o, act_ckpt=a, grad_accum=g,
+                     cpu_threads=1)
+           for z in (0, 1, 2, 3) for o in (False, True) if not o or z >= 2
+           for a in (False, True) for g in (1, 8)]
+    chosen = select(pts, lambda p: p, 4)
+    assert (family(chosen[0]), family(chosen[1])) == ("z0", "z0")
+    assert (chosen[0].grad_accum, chosen[1].grad_accum) == (1, 8)
+    f = fit([Sample(point=p, iter_s=predict(truth, WORK, p, HW).iter) for p in chosen], WORK, HW)
+    for g in (1, 8):
+        p = PlanPoint(gpus_per_node=(1,), dp=1, zero_stage=1, grad_accum=g)
+        want = predict(truth, WORK, p, HW).iter
+        assert f.predict(WORK, p, HW).iter == pytest.approx(want, rel=0.05)
 
 
 def test_3d_data_parallel_groups_drive_only_their_rails() -> None:

@@ -20,10 +20,14 @@ uneven placement (`informed`) and is 1 otherwise.
 
 Data-parallel plans (tp = pp = 1), ZeRO stage z:
 
-    T_fwd  = k_fwd · b + k_fwd0 · g           g micro-batches (gradient accumulation steps)
-    T_bwd  = k_bwd · T_fwd  (+ T_fwd with activation checkpointing: the forward is recomputed)
-             + k_z · g                        ZeRO-2/3: partitioning hooks run every micro-batch
-                                              (k_z = k_z2 or k_z3; 0 for stages 0-1)
+    T_comp = k_fwd · b + k_fwd0 · g           g micro-batches (gradient accumulation steps);
+                                              k_fwd0 is the fixed cost of a micro-batch: on a
+                                              GPU a small micro-batch is launch-bound, so its
+                                              time is not proportional to its size
+    T_fwd  = T_comp (+ k_z3 · g)              ZeRO-3 gathers the parameters in every forward
+    T_bwd  = k_bwd · T_comp  (+ T_comp with activation checkpointing: the forward is recomputed)
+             + k_z2 · g                       ZeRO-2: gradient partitioning every micro-batch
+             + k_z3 · g · (1 + ckpt)          ZeRO-3: a gather per backward and per recomputation
     V_bwd  = 2 s Ψ                            z ≤ 1: one all-reduce at the accumulation boundary
            = s Ψ · g                          z = 2: a reduce-scatter every micro-batch
            = 3 s Ψ · g                        z = 3: + parameter all-gathers in forward and backward
@@ -35,7 +39,9 @@ Data-parallel plans (tp = pp = 1), ZeRO stage z:
     T_ag   = s Ψ · τ                          ZeRO 1-2: all-gather of the updated weights
     T_opt  = k_opt Ψ / (n if z ≥ 1 else 1) + T_ag
     with optimizer offload:  T_pcie = 4Ψ/n / W_pcie
-           T_sync += T_pcie + k_off;   T_opt = k_cpu Ψ/(n t) + T_pcie + T_ag
+           T_sync += T_pcie + k_off · g             every micro-batch's gradients go to the host
+           T_opt = k_cpu Ψ/(n t) + T_pcie + T_ag    the CPU Adam step, once per step
+           (k_off ≈ OFFLOAD_ACCUM_SHARE · k_cpu Ψ/(n t) where the samples cannot separate them)
     with parameter offload (ZeRO-3): each micro-batch's forward and backward fetch every
     rank's parameter partition from the host before their all-gathers:
            T_sync += 2 s Ψ g / n / W_pcie                 (no fitted constant: η and W_pcie)
@@ -61,7 +67,8 @@ minimising the summed squared log errors of T_iter and of the measured parts (T_
 T_opt) with bounded L-BFGS-B in log space, from at most 8 samples per job (best of several
 deterministic starting points). Only the constants the samples can inform are fitted
 (`informed`: a term no sample exercises, or one that iteration times alone cannot tell from
-another — on one GPU k_opt·Ψ is one more constant, k_off one more CPU-Adam term); the rest keep
+another — on one GPU k_opt·Ψ is one more constant; k_off is tied to k_cpu unless offload samples
+differ in accumulation steps, GPUs or threads); the rest keep
 the rough values read off the samples. A weak L2 prior toward
 those values was tried instead and made held-out errors worse.
 """
@@ -229,9 +236,13 @@ def predict(theta: Theta, work: Workload, p: PlanPoint, hw: Hardware) -> Breakdo
     s, psi = work.grad_bytes, work.params
     if p.tp == 1 and p.pp == 1:
         n = p.n
-        t_fwd = theta.k_fwd * work.global_batch / n + theta.k_fwd0 * p.grad_accum
-        t_bwd = theta.k_bwd * t_fwd + (t_fwd if p.act_ckpt else 0.0)
-        t_bwd += p.grad_accum * {2: theta.k_z2, 3: theta.k_z3}.get(p.zero_stage, 0.0)
+        t_comp = theta.k_fwd * work.global_batch / n + theta.k_fwd0 * p.grad_accum
+        t_fwd, t_bwd = t_comp, theta.k_bwd * t_comp + (t_comp if p.act_ckpt else 0.0)
+        if p.zero_stage == 2:
+            t_bwd += theta.k_z2 * p.grad_accum
+        elif p.zero_stage == 3:  # a gather pass per forward, per backward, per recomputation
+            t_fwd += theta.k_z3 * p.grad_accum
+            t_bwd += theta.k_z3 * p.grad_accum * (2 if p.act_ckpt else 1)
         # hierarchical collectives: a phase inside each node over NVLink, then one between the
         # k nodes whose volume per node scales with (k−1)/k
         inv_w = _transfer_time_per_byte(hw, theta, p)
@@ -242,7 +253,7 @@ def predict(theta: Theta, work: Workload, p: PlanPoint, hw: Hardware) -> Breakdo
         if p.offload:
             threads = p.cpu_threads or hw.cpu_threads_per_gpu
             t_pcie = 4.0 * psi / n / (hw.pcie_bw * theta.eta)
-            t_sync += t_pcie + theta.k_off
+            t_sync += t_pcie + theta.k_off * p.grad_accum
             t_opt = theta.k_cpu * psi / (n * threads) + t_pcie + t_ag
         else:
             t_opt = theta.k_opt * psi / (n if p.zero_stage >= 1 else 1) + t_ag
@@ -322,7 +333,8 @@ def informed(samples: Sequence[Sample]) -> list[str]:
     off = [p for p in dp if p.offload]
     if off:
         names.append("k_cpu")
-        if parts or len({p.n * (p.cpu_threads or 1) for p in off}) > 1:
+        if (parts or len({p.n * (p.cpu_threads or 1) for p in off}) > 1
+                or len({p.grad_accum for p in off}) > 1):
             names.append("k_off")
     if any(p.n > 1 for p in pts):
         names += ["eta", "gamma"]
@@ -339,13 +351,18 @@ def fit(samples: Sequence[Sample], work: Workload, hw: Hardware, *, restarts: in
     """Fit the informed constants of θ (log-space L-BFGS-B from deterministic starting points)."""
     if not samples:
         raise ValueError("fit needs at least one sample")
-    free = [_NAMES.index(n) for n in informed(samples)]
+    names = informed(samples)
+    free = [_NAMES.index(n) for n in names]
     starts = _starts(samples, work, restarts)
     base = starts[0].copy()
+    tie = _off_tie(samples, work) if "k_cpu" in names and "k_off" not in names else None
+    i_cpu, i_off = _NAMES.index("k_cpu"), _NAMES.index("k_off")
 
     def full(y: np.ndarray) -> np.ndarray:
         x = base.copy()
         x[free] = y
+        if tie is not None:
+            x[i_off] = x[i_cpu] + tie
         return x
 
     def loss(y: np.ndarray) -> float:
@@ -372,6 +389,22 @@ def fit(samples: Sequence[Sample], work: Workload, hw: Hardware, *, restarts: in
     mape = float(np.mean([abs(predict(theta, work, s.point, hw).iter - s.iter_s) / s.iter_s
                           for s in samples]))
     return Fit(theta=theta, mape=mape)
+
+
+# Per micro-batch under optimizer offload the host takes the bf16 gradient partition and adds
+# it into its fp32 gradient buffer (2 + 4 + 4 bytes per parameter); the CPU Adam step reads
+# the fp32 parameter, gradient and both moments and writes three of them and the bf16 copy
+# (16 + 14 bytes). Both are bound by host memory bandwidth, so k_off ≈ OFFLOAD_ACCUM_SHARE ·
+# k_cpu·Ψ/(n·t): the tie `fit` uses when the samples cannot separate the two (one offload
+# sample, iteration times only). Measured on an H200 host (DeepSpeedCPUAdam, 16 threads, GPT-2
+# 355M-1.5B, the profiler's parts): 0.37-0.54.
+OFFLOAD_ACCUM_SHARE = 1.0 / 3.0
+
+
+def _off_tie(samples: Sequence[Sample], work: Workload) -> float:
+    """log(k_off) − log(k_cpu) under the tie above, at the first offload sample's n and t."""
+    p = next(s.point for s in samples if s.point.offload)
+    return math.log(OFFLOAD_ACCUM_SHARE * work.params / (p.n * (p.cpu_threads or 1)))
 
 
 def _starts(samples: Sequence[Sample], work: Workload, k: int) -> list[np.ndarray]:

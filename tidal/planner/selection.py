@@ -16,6 +16,13 @@ model's terms (CPU optimizer, ZeRO-2, ZeRO-3, forward with and without recomputa
 weigh like families, so one row of ZeRO-3 + offload informs two constants. On the tiny-GPT
 CPU table (3 rows per model) this took perfmodel_mape 0.234 → 0.119 and memory_mape
 0.095 → 0.076; the Rubick tables (5 families, 8 rows) keep the family rule.
+
+With four picks or more in that case, the first two are the plainest family (fewest terms) at
+its fewest and most accumulation steps: the compute curve, per sample against per micro-batch,
+which every other term is read against. On a GPU a small micro-batch is launch-bound, so that
+split is most of a small model's step (GPT-2 124M on an H100, ZeRO-0: 0.203 s at 8 × 2 samples,
+0.126 s at 1 × 16); without the pair the fit guessed it, and the H100 table's perfmodel_mape
+was 0.55 at four rows (0.27 with it).
 """
 
 from __future__ import annotations
@@ -84,10 +91,28 @@ def select(candidates: Sequence[T], point: Callable[[T], PlanPoint], k: int = 8)
                       for m, g in sizes), default=math.inf)
         return sum(weights[str(f[0])] for f in new), spread, -p.nodes, p.n
 
-    while remaining and len(chosen) < k:
-        best = max(remaining, key=gain)
+    def take(best: T) -> None:
         chosen.append(best)
-        covered |= features(point(best), by_term)
+        covered.update(features(point(best), by_term))
         sizes.append((point(best).n, point(best).grad_accum))
         remaining.remove(best)
+
+    if by_term and k >= 4:
+        # the compute curve first: the plainest family seen at two accumulation counts, at its
+        # fewest and most (per-sample against per-micro-batch cost, what the other terms are
+        # read against; on a GPU the per-micro-batch cost is most of a small model's step)
+        fams: dict[str, list[T]] = {}
+        for c in remaining:
+            fams.setdefault(family(point(c)), []).append(c)
+        spread = [f for f, cs in fams.items() if len({point(c).grad_accum for c in cs}) > 1]
+        if spread:
+            def plainness(f: str) -> tuple[int, str]:
+                p = point(fams[f][0])
+                return len(terms(p)) + p.act_ckpt, f
+            pair = fams[min(spread, key=plainness)]
+            take(min(pair, key=lambda c: point(c).grad_accum))
+            take(max(pair, key=lambda c: point(c).grad_accum))
+    while remaining and len(chosen) < k:
+        best = max(remaining, key=gain)
+        take(best)
     return chosen
