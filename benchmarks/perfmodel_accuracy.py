@@ -14,7 +14,7 @@ model,params,zero_stage,offload,act_ckpt,micro_batch,seq,step_s,tokens_per_s,pea
 (global batch = tokens_per_s · step_s / seq) and, optionally, fwd_s,bwd_s,opt_s (the parts
 of the step the profiler times; `measure_plans.py` writes them): the fit uses them for its fit
 rows, as the live planner does, unless --no-parts. Per model, fit the performance model and the
-memory model's fitted terms on at most --fit-rows `ok` rows (default 3, chosen by the same
+memory model's fitted terms on at most --fit-rows `ok` rows (default 4, chosen by the same
 selection), predict every other row, and print `perfmodel_mape` (step time of ok rows),
 `memory_mape` (peak memory of ok rows) and last `feasibility_accuracy` (predicted oom — peak
 above --device-mem-gib — against the status, over all rows).
@@ -332,7 +332,7 @@ def main() -> None:
         print(f"plan_regret: {plan_regret:.4f}")
         print(f"perfmodel_mape: {mape:.4f}")
     elif args.measurements:
-        step, mem, feas, plan_regret = measurements(args.measurements, args.fit_rows or 3, args.precision,
+        step, mem, feas, plan_regret = measurements(args.measurements, args.fit_rows or 4, args.precision,
                                        args.device_mem_gib, use_parts=not args.no_parts,
                                        count_ckpt=args.peaks == "allocated")
         print(f"plan_regret: {plan_regret:.4f}")
