@@ -126,12 +126,22 @@ def read_rows(path: Path) -> list[Row]:
             params = int(float(r["params"])) if r.get("params") else 0  # empty on an oom row
             out.append(Row(r["model"], params, plan, seq, batch, step, peak, r["status"],
                            parts, ratio))  # type: ignore[arg-type]
-    # an `oom` row may leave params (and the times) empty: the model's other rows give them
+    # an `oom` row may leave params (and the times) empty: the model's other rows give them, and
+    # its global batch (an oom row has no tokens_per_s to read it from)
     known = {row.model: row.params for row in out if row.params > 0}
+    batch = {row.model: row.batch for row in out if row.status == "ok"}
     for row in out:
-        if row.model not in known:
+        if row.model not in known and any(r.status == "ok" for r in out if r.model == row.model):
             raise SystemExit(f"{path}: no row of model {row.model!r} gives its params")
-    return [replace(row, params=known[row.model]) for row in out]
+    return [_with_batch(replace(row, params=known.get(row.model, 0)), batch.get(row.model))
+            if row.status != "ok" else replace(row, params=known[row.model]) for row in out]
+
+
+def _with_batch(row: Row, batch: int | None) -> Row:
+    """A row that did not run, at its model's global batch (as measured on its ok rows)."""
+    if batch is None or batch % row.plan.micro_batch:
+        return row
+    return replace(row, batch=batch, plan=replace(row.plan, grad_accum=batch // row.plan.micro_batch))
 
 
 def regret(predicted: list[float], measured: list[float]) -> float:
