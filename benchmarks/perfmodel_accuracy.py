@@ -129,11 +129,11 @@ def read_rows(path: Path) -> list[Row]:
     # an `oom` row may leave params (and the times) empty: the model's other rows give them, and
     # its global batch (an oom row has no tokens_per_s to read it from)
     known = {row.model: row.params for row in out if row.params > 0}
-    batch = {row.model: row.batch for row in out if row.status == "ok"}
+    batches = {row.model: row.batch for row in out if row.status == "ok"}
     for row in out:
         if row.model not in known and any(r.status == "ok" for r in out if r.model == row.model):
             raise SystemExit(f"{path}: no row of model {row.model!r} gives its params")
-    return [_with_batch(replace(row, params=known.get(row.model, 0)), batch.get(row.model))
+    return [_with_batch(replace(row, params=known.get(row.model, 0)), batches.get(row.model))
             if row.status != "ok" else replace(row, params=known[row.model]) for row in out]
 
 
