@@ -18,11 +18,13 @@ CPU table (3 rows per model) this took perfmodel_mape 0.234 → 0.119 and memory
 0.095 → 0.076; the Rubick tables (5 families, 8 rows) keep the family rule.
 
 With four picks or more in that case, the first two are the plainest family (fewest terms) at
-its fewest and most accumulation steps: the compute curve, per sample against per micro-batch,
-which every other term is read against. On a GPU a small micro-batch is launch-bound, so that
-split is most of a small model's step (GPT-2 124M on an H100, ZeRO-0: 0.203 s at 8 × 2 samples,
-0.126 s at 1 × 16); without the pair the fit guessed it, and the H100 table's perfmodel_mape
-was 0.55 at four rows (0.27 with it).
+its fewest and most accumulation steps, on the most GPUs it runs on: the compute curve, per
+sample against per micro-batch, which every other term is read against. On a GPU a small
+micro-batch is launch-bound, so that split is most of a small model's step (GPT-2 124M on an
+H100, ZeRO-0: 0.203 s at 8 × 2 samples, 0.126 s at 1 × 16); without the pair the fit guessed
+it, and the H100 table's perfmodel_mape was 0.55 at four rows (0.27 with it). On the most GPUs
+the fewest accumulation steps are the smallest whole-batch micro-batch: the profiles run before
+any memory model, and a whole global batch on one GPU is the plan likeliest to run out.
 """
 
 from __future__ import annotations
@@ -101,9 +103,14 @@ def select(candidates: Sequence[T], point: Callable[[T], PlanPoint], k: int = 8)
         # the compute curve first: the plainest family seen at two accumulation counts, at its
         # fewest and most (per-sample against per-micro-batch cost, what the other terms are
         # read against; on a GPU the per-micro-batch cost is most of a small model's step)
+        # on the most GPUs the family runs on: the smallest batch per GPU, so its fewest
+        # accumulation steps are the smallest whole-batch micro-batch (the likeliest to fit in
+        # memory; the profile runs before any memory model) and its most the fewest micro-steps
         fams: dict[str, list[T]] = {}
         for c in remaining:
             fams.setdefault(family(point(c)), []).append(c)
+        fams = {f: [c for c in cs if point(c).n == max(point(d).n for d in cs)]
+                for f, cs in fams.items()}
         spread = [f for f, cs in fams.items() if len({point(c).grad_accum for c in cs}) > 1]
         if spread:
             def plainness(f: str) -> tuple[int, str]:
