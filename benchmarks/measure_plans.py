@@ -83,9 +83,14 @@ def _grid(stages: str, micro_batches: str, global_batch: int) -> list[Plan]:
     micro = [int(m) for m in micro_batches.split(",")]
     if any(global_batch % m for m in micro):
         raise SystemExit(f"--micro-batches {micro_batches}: each must divide --global-batch {global_batch}")
-    return [Plan(dp=1, zero_stage=stage, offload_optimizer=off, activation_checkpointing=ac,
-                 micro_batch=mb, grad_accum=global_batch // mb)
+    return [_plan(stage, off, ac, mb, global_batch)
             for stage, off in combos for ac in (False, True) for mb in micro]
+
+
+def _plan(stage: int, offload: bool, ckpt: bool, micro_batch: int, global_batch: int) -> Plan:
+    """A single-worker plan of the table."""
+    return Plan(dp=1, zero_stage=stage, offload_optimizer=offload, activation_checkpointing=ckpt,
+                micro_batch=micro_batch, grad_accum=global_batch // micro_batch)
 
 
 def _plans(tokens: str, global_batch: int) -> list[Plan]:
@@ -100,9 +105,7 @@ def _plans(tokens: str, global_batch: int) -> list[Plan]:
         if mb < 1 or global_batch % mb:
             raise SystemExit(f"--plans: {tok!r}: micro-batch {mb} does not divide --global-batch "
                              f"{global_batch}")
-        out.append(Plan(dp=1, zero_stage=int(m.group(1)), offload_optimizer=bool(m.group(2)),
-                        activation_checkpointing=bool(m.group(3)), micro_batch=mb,
-                        grad_accum=global_batch // mb))
+        out.append(_plan(int(m.group(1)), bool(m.group(2)), bool(m.group(3)), mb, global_batch))
     return out
 
 
@@ -135,6 +138,9 @@ def main() -> None:
     models = args.models.split(",")
     specs = [job(m, args.seq, args.global_batch, "bf16" if args.cuda else "fp32") for m in models]
     names = ["tinygpt-d128-l4" if m == "tinygpt" else m for m in models]
+    # Measured in a shuffled order (--plans: in its order), the models taking turns, so that a
+    # table cut short by the deadline still spans the grid and every model; written back in grid
+    # order at the end (the sample selection breaks ties by row order).
     grid = [_plan_key(name, p, args.seq) for name in names for p in plans]
     shuffled = list(plans)
     if not args.plans:

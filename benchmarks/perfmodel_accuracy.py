@@ -130,16 +130,15 @@ def read_rows(path: Path) -> list[Row]:
     # its global batch (an oom row has no tokens_per_s to read it from)
     known = {row.model: row.params for row in out if row.params > 0}
     batches = {row.model: row.batch for row in out if row.status == "ok"}
-    for row in out:
-        if row.model not in known and any(r.status == "ok" for r in out if r.model == row.model):
-            raise SystemExit(f"{path}: no row of model {row.model!r} gives its params")
+    if unsized := sorted(set(batches) - set(known)):  # a model that ran must give its size
+        raise SystemExit(f"{path}: no row of model {unsized[0]!r} gives its params")
     return [_with_batch(replace(row, params=known.get(row.model, 0)), batches.get(row.model))
-            if row.status != "ok" else replace(row, params=known[row.model]) for row in out]
+            for row in out]
 
 
 def _with_batch(row: Row, batch: int | None) -> Row:
-    """A row that did not run, at its model's global batch (as measured on its ok rows)."""
-    if batch is None or batch % row.plan.micro_batch:
+    """The row at its model's global batch, as measured on its ok rows (an ok row has it)."""
+    if row.status == "ok" or batch is None or batch % row.plan.micro_batch:
         return row
     return replace(row, batch=batch, plan=replace(row.plan, grad_accum=batch // row.plan.micro_batch))
 

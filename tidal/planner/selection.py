@@ -99,18 +99,13 @@ def select(candidates: Sequence[T], point: Callable[[T], PlanPoint], k: int = 8)
         sizes.append((point(best).n, point(best).grad_accum))
         remaining.remove(best)
 
-    if by_term and k >= 4:
-        # the compute curve first: the plainest family seen at two accumulation counts, at its
-        # fewest and most (per-sample against per-micro-batch cost, what the other terms are
-        # read against; on a GPU the per-micro-batch cost is most of a small model's step)
-        # on the most GPUs the family runs on: the smallest batch per GPU, so its fewest
-        # accumulation steps are the smallest whole-batch micro-batch (the likeliest to fit in
-        # memory; the profile runs before any memory model) and its most the fewest micro-steps
+    if by_term and k >= 4:  # the compute-curve pair first (module docstring)
         fams: dict[str, list[T]] = {}
         for c in remaining:
             fams.setdefault(family(point(c)), []).append(c)
-        fams = {f: [c for c in cs if point(c).n == max(point(d).n for d in cs)]
-                for f, cs in fams.items()}
+        for f, cs in fams.items():  # on the most GPUs the family runs on
+            most = max(point(c).n for c in cs)
+            fams[f] = [c for c in cs if point(c).n == most]
         spread = [f for f, cs in fams.items() if len({point(c).grad_accum for c in cs}) > 1]
         if spread:
             def plainness(f: str) -> tuple[int, str]:
