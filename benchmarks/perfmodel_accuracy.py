@@ -107,25 +107,43 @@ def counted_ckpt_ratio(model: str, seq: int, precision: str) -> float | None:
     return count.ckpt_ratio if count is not None else None
 
 
+REQUIRED = ("model", "params", "zero_stage", "offload", "act_ckpt", "micro_batch", "seq", "step_s",
+            "tokens_per_s", "peak_alloc_gib", "status")
+
+
 def read_rows(path: Path) -> list[Row]:
-    out = []
+    """The table's rows; a missing file, a missing column or a value that is not a number stops
+    the run with one line naming it."""
+    if not path.is_file():
+        raise SystemExit(f"--measurements: {path}: no such file")
     with path.open() as f:
-        for r in csv.DictReader(f):
-            mb, seq = int(r["micro_batch"]), int(r["seq"])
-            ok = r["status"] == "ok"
-            step = float(r["step_s"]) if r["step_s"] else 0.0
-            batch = round(float(r["tokens_per_s"]) * step / seq) if ok else mb
-            batch = max(batch, mb)
-            plan = Plan(dp=1, zero_stage=int(r["zero_stage"]), offload_optimizer=r["offload"] == "cpu",
-                        activation_checkpointing=r["act_ckpt"] in ("1", "True", "true"),
-                        micro_batch=mb, grad_accum=max(1, batch // mb))
-            peak = float(r["peak_alloc_gib"]) * 2**30 if r["peak_alloc_gib"] else 0.0
-            parts = tuple(float(r[c]) for c in ("fwd_s", "bwd_s", "opt_s")) if all(
-                r.get(c) for c in ("fwd_s", "bwd_s", "opt_s")) else None
-            ratio = float(r["ckpt_ratio"]) if r.get("ckpt_ratio") else None
-            params = int(float(r["params"])) if r.get("params") else 0  # empty on an oom row
-            out.append(Row(r["model"], params, plan, seq, batch, step, peak, r["status"],
-                           parts, ratio))  # type: ignore[arg-type]
+        reader = csv.DictReader(f)
+        if missing := [c for c in REQUIRED if c not in (reader.fieldnames or [])]:
+            raise SystemExit(f"{path}: missing column(s) {', '.join(missing)}")
+        try:
+            return _rows(path, reader)
+        except ValueError as e:
+            raise SystemExit(f"{path}, line {reader.line_num}: {e}") from None
+
+
+def _rows(path: Path, reader: csv.DictReader[str]) -> list[Row]:
+    out = []
+    for r in reader:
+        mb, seq = int(r["micro_batch"]), int(r["seq"])
+        ok = r["status"] == "ok"
+        step = float(r["step_s"]) if r["step_s"] else 0.0
+        batch = round(float(r["tokens_per_s"]) * step / seq) if ok else mb
+        batch = max(batch, mb)
+        plan = Plan(dp=1, zero_stage=int(r["zero_stage"]), offload_optimizer=r["offload"] == "cpu",
+                    activation_checkpointing=r["act_ckpt"] in ("1", "True", "true"),
+                    micro_batch=mb, grad_accum=max(1, batch // mb))
+        peak = float(r["peak_alloc_gib"]) * 2**30 if r["peak_alloc_gib"] else 0.0
+        parts = tuple(float(r[c]) for c in ("fwd_s", "bwd_s", "opt_s")) if all(
+            r.get(c) for c in ("fwd_s", "bwd_s", "opt_s")) else None
+        ratio = float(r["ckpt_ratio"]) if r.get("ckpt_ratio") else None
+        params = int(float(r["params"])) if r.get("params") else 0  # empty on an oom row
+        out.append(Row(r["model"], params, plan, seq, batch, step, peak, r["status"],
+                       parts, ratio))  # type: ignore[arg-type]
     # an `oom` row may leave params (and the times) empty: the model's other rows give them, and
     # its global batch (an oom row has no tokens_per_s to read it from)
     known = {row.model: row.params for row in out if row.params > 0}
