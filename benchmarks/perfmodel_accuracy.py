@@ -174,8 +174,8 @@ def regret(predicted: list[float], measured: list[float]) -> float:
     return 1.0 - measured[chosen] / best
 
 
-def measurements(path: Path, fit_rows: int, precision: str, device_gib: float,
-                 use_parts: bool = True, count_ckpt: bool = True) -> tuple[float, float, float, float]:
+def measurements(path: Path, fit_rows: int, precision: str, device_gib: float, use_parts: bool = True,
+                 count_ckpt: bool = True, verbose: bool = False) -> tuple[float, float, float, float]:
     rows = read_rows(path)
     hw = Hardware(cpu_threads_per_gpu=1)
     step_apes: list[float] = []
@@ -218,6 +218,13 @@ def measurements(path: Path, fit_rows: int, precision: str, device_gib: float,
                     if peaks[id(r)] <= device_gib * 2**30 else -np.inf for r in mine]
         meas_tps = [r.batch * r.seq / r.step_s if r.status == "ok" and r.step_s > 0 else 0.0 for r in mine]
         regrets.append(regret(pred_tps, meas_tps))
+        if verbose:  # every row: fitted or held out, measured against predicted step time and peak
+            for r in mine:
+                pred = perf.predict(work, r.point, hw).iter
+                step = f"{r.step_s:8.3f} s {pred:8.3f} s {100 * (pred - r.step_s) / r.step_s:+7.1f}%" \
+                    if r.status == "ok" else f"{'oom':>10} {pred:8.3f} s {'':>8}"
+                print(f"  {r.plan.short():<22}{'fit' if r in chosen else '':>4} {step}  "
+                      f"{r.peak / 2**30:7.1f} GiB {peaks[id(r)] / 2**30:7.1f} GiB")
         pct = (lambda v: f"{100 * np.mean(v):.1f}%") if test else (lambda v: "-")  # all rows fitted
         print(f"{model:<16}{len(mine):>5}{len(chosen):>4}{pct(s_apes):>11}{pct(m_apes):>10}"
               f"{100 * sum(hits) / len(hits):>13.1f}%{'-' if ratio is None else f'{ratio:.3f}':>12}"
@@ -361,7 +368,7 @@ def main() -> None:
     elif args.measurements:
         step, mem, feas, plan_regret = measurements(args.measurements, args.fit_rows or 4, args.precision,
                                        args.device_mem_gib, use_parts=not args.no_parts,
-                                       count_ckpt=args.peaks == "allocated")
+                                       count_ckpt=args.peaks == "allocated", verbose=args.verbose)
         print(f"plan_regret: {plan_regret:.4f}")
         print(f"perfmodel_mape: {step:.4f}")
         print(f"memory_mape: {mem:.4f}")

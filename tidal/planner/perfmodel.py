@@ -23,7 +23,14 @@ Data-parallel plans (tp = pp = 1), ZeRO stage z:
     T_comp = k_fwd · b + k_fwd0 · g           g micro-batches (gradient accumulation steps);
                                               k_fwd0 is the fixed cost of a micro-batch: on a
                                               GPU a small micro-batch is launch-bound, so its
-                                              time is not proportional to its size
+                                              time is not proportional to its size. A
+                                              launch floor instead (per micro-batch
+                                              softmax_p(k_fwd0, k_fwd·b/g): the host's
+                                              launches hidden under the device's work) was
+                                              tried on 2026-11-26: H200 table (36 rows)
+                                              0.200 → 0.171 at p = 2 but worse at p ≥ 4,
+                                              H100 0.272 → 0.273, Rubick 0.120 → 0.124; not
+                                              kept, four fit rows do not tell the two apart
     T_fwd  = T_comp (+ k_z3 · g)              ZeRO-3 gathers the parameters in every forward
     T_bwd  = k_bwd · T_comp  (+ T_comp with activation checkpointing: the forward is recomputed)
              + k_z2 · g                       ZeRO-2: gradient partitioning every micro-batch
