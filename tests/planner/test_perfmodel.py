@@ -88,15 +88,25 @@ def test_zero3_gathers_once_per_forward_backward_and_recomputation() -> None:
 
 
 def test_offloaded_gradients_cost_every_micro_batch() -> None:
-    """Under optimizer offload each micro-batch's gradients go to the host (k_off each); the
-    CPU Adam step is paid once per step."""
-    th = Theta(k_fwd=4e-3, k_fwd0=0.0, k_cpu=3e-9, k_off=0.02)
+    """Under optimizer offload each micro-batch's gradients go to the host (k_off each, and
+    DeepSpeed's copies: s·Ψ/n out per micro-batch, s·Ψ/n back for every one after the first,
+    4·Ψ/n of fp32 gradients at the boundary, s·Ψ/n of weights after the step); the CPU Adam
+    step is paid once per step."""
+    th = Theta(k_fwd=4e-3, k_fwd0=0.0, k_cpu=3e-9, k_off=0.02, eta=0.5)
+    w = HW.pcie_bw * th.eta
+    s, psi = WORK.grad_bytes, WORK.params
 
     def at(g: int) -> float:
         return predict(th, WORK, PlanPoint(gpus_per_node=(1,), dp=1, zero_stage=1, offload=True,
                                            grad_accum=g, cpu_threads=4), HW).iter
 
-    assert at(8) - at(1) == pytest.approx(7 * 0.02)
+    def plain(g: int) -> float:
+        return predict(th, WORK, PlanPoint(gpus_per_node=(1,), dp=1, zero_stage=1, grad_accum=g), HW).iter
+
+    cpu = th.k_cpu * psi / 4
+    assert at(1) - plain(1) == pytest.approx(0.02 + 4 * psi / w + s * psi / w + cpu - th.k_opt * psi)
+    assert at(8) - at(1) == pytest.approx(7 * 0.02 + 15 * s * psi / w)
+    assert at(2) - at(1) == pytest.approx(0.02 + 3 * s * psi / w)
 
 
 def test_one_offload_sample_ties_its_gradient_traffic_to_the_adam_step() -> None:
