@@ -206,21 +206,22 @@ def measurements(path: Path, fit_rows: int, precision: str, device_gib: float, u
                            n_layer=layers, precision=precision, ckpt_ratio=ratio)  # type: ignore[arg-type]
         peaks = {id(r): estimate(r.plan, stats, gpus_per_node=1, nodes=1,
                                  precision=precision).gpu_peak for r in mine}  # type: ignore[arg-type]
+        steps = {id(r): perf.predict(work, r.point, hw).iter for r in mine}  # predicted step time
         test = [r for r in ok if r not in chosen]
-        s_apes = [abs(perf.predict(work, r.point, hw).iter - r.step_s) / r.step_s for r in test]
+        s_apes = [abs(steps[id(r)] - r.step_s) / r.step_s for r in test]
         m_apes = [abs(peaks[id(r)] - r.peak) / r.peak for r in test]
         hits = [(peaks[id(r)] > device_gib * 2**30) == (r.status == "oom") for r in mine]
         step_apes += s_apes
         mem_apes += m_apes
         correct, total = correct + sum(hits), total + len(hits)
         # the plan the planner would run: the highest predicted tokens/s among rows predicted to fit
-        pred_tps = [r.batch * r.seq / perf.predict(work, r.point, hw).iter
+        pred_tps = [r.batch * r.seq / steps[id(r)]
                     if peaks[id(r)] <= device_gib * 2**30 else -np.inf for r in mine]
         meas_tps = [r.batch * r.seq / r.step_s if r.status == "ok" and r.step_s > 0 else 0.0 for r in mine]
         regrets.append(regret(pred_tps, meas_tps))
         if verbose:  # every row: fitted or held out, measured against predicted step time and peak
             for r in mine:
-                pred = perf.predict(work, r.point, hw).iter
+                pred = steps[id(r)]
                 step = f"{r.step_s:8.3f} s {pred:8.3f} s {100 * (pred - r.step_s) / r.step_s:+7.1f}%" \
                     if r.status == "ok" else f"{'oom':>10} {pred:8.3f} s {'':>8}"
                 print(f"  {r.plan.short():<22}{'fit' if r in chosen else '':>4} {step}  "

@@ -47,7 +47,7 @@ Data-parallel plans (tp = pp = 1), ZeRO stage z:
     T_opt  = k_opt Ψ / (n if z ≥ 1 else 1) + T_ag
     with optimizer offload (DeepSpeed 0.19's ZeRO-Offload, `stage_1_and_2.py`): with g > 1 every
     micro-batch copies its gradient partition to the host (s Ψ/n), and every one after the first
-    first brings the host's running sum back to the GPU to add to (s Ψ/n); at the accumulation
+    brings the host's running sum back to the GPU to add to (s Ψ/n); at the accumulation
     boundary the sum goes to the host's fp32 gradients (4Ψ/n); after the CPU step the updated
     weights come back (s Ψ/n):
            V_pcie = (4 + (2g − 1) s · [g > 1]) Ψ/n
@@ -270,8 +270,8 @@ def predict(theta: Theta, work: Workload, p: PlanPoint, hw: Hardware) -> Breakdo
         if p.offload:
             threads = p.cpu_threads or hw.cpu_threads_per_gpu
             w_pcie, g = hw.pcie_bw * theta.eta, p.grad_accum
-            v_d2h = (4.0 + ((2 * g - 1) * s if g > 1 else 0.0)) * psi / n  # module docstring
-            t_sync += v_d2h / w_pcie + theta.k_off * g
+            v_pcie = (4.0 + ((2 * g - 1) * s if g > 1 else 0.0)) * psi / n  # module docstring
+            t_sync += v_pcie / w_pcie + theta.k_off * g
             t_opt = theta.k_cpu * psi / (n * threads) + s * psi / n / w_pcie + t_ag
         else:
             t_opt = theta.k_opt * psi / (n if p.zero_stage >= 1 else 1) + t_ag
