@@ -153,8 +153,9 @@ def fit_memory(samples: list[tuple[Plan, float]], *, params: int, largest_layer_
 
     solved for const, z, a, a_ckpt = a·(1/L + c), each only where the samples tell it apart
     from the others: z needs samples with and without ZeRO (else it stays 0 and const holds
-    it). When the samples cannot separate a from a_ckpt (no sample of one kind, or too few
-    samples: the profiler's default is 3 for 4 unknowns), a_ckpt = a·`ckpt_ratio` ties them:
+    it). When the samples cannot separate a from a_ckpt (the samples of one kind do not span
+    two micro-batches, or too few samples: the profiler's default is 3 for 4 unknowns),
+    a_ckpt = a·`ckpt_ratio` ties them:
     the ratio the profiler counted from the model's forward (`tidal.planner.activations`), or
     without one the textbook 2/L (each block's input and one block's activations kept). If
     every micro-batch is equal the activation terms are 0 and the constants hold the whole peak.
@@ -180,7 +181,12 @@ def fit_memory(samples: list[tuple[Plan, float]], *, params: int, largest_layer_
     zero = x[:, 1]
     use_z = bool(zero.any() and not zero.all())
     cols = [0, 2, 3, 1] if use_z else [0, 2, 3]
-    tie = not x[:, 2].any() or not x[:, 3].any() or np.linalg.matrix_rank(x[:, cols]) < len(cols)
+    # each slope needs its own spread of micro-batches: one checkpointed row fixes a_ckpt only
+    # through the constants, which absorb it (GPT-2 124M on an H100, a ZeRO-3 checkpointed row
+    # at micro-batch 2 among the fit rows: a_ckpt came out 0 and every checkpointed peak was
+    # predicted flat in the micro-batch, −58% at 16)
+    spread = all(len({mb for mb in x[:, k] if mb}) > 1 for k in (2, 3))
+    tie = not spread or np.linalg.matrix_rank(x[:, cols]) < len(cols)
     ratio = ckpt_ratio if ckpt_ratio is not None else 2 * inv_l
     if tie:  # one activation unknown: a_ckpt = a·ratio
         x = np.column_stack([x[:, 0], x[:, 1], x[:, 2] + ratio * x[:, 3]])

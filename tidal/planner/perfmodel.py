@@ -32,7 +32,15 @@ Data-parallel plans (tp = pp = 1), ZeRO stage z:
                                               H100 0.272 → 0.273, Rubick 0.120 → 0.124; not
                                               kept, four fit rows do not tell the two apart
     T_fwd  = T_comp (+ k_z3 · g)              ZeRO-3 gathers the parameters in every forward
-    T_bwd  = k_bwd · T_comp  (+ T_comp with activation checkpointing: the forward is recomputed)
+    T_bwd  = k_bwd · T_comp  (+ T_comp with activation checkpointing: the forward is recomputed;
+                                              on an H100 at micro-batch 2 a recomputation costs
+                                              ~25 ms per micro-batch for GPT-2 124M and 355M,
+                                              4× a forward: torch.utils.checkpoint's hooks on the
+                                              host. A fitted host cost, softmax_γ(k_ac·g, T_comp),
+                                              was tried on 2026-11-26: H100 grid (37 rows)
+                                              0.224 → 0.196 at γ = 4, 0.224 at γ = 20, but the
+                                              CPU table 0.074 → 0.103; not kept, one checkpointed
+                                              fit row also carries ZeRO-3's k_z3)
              + k_z2 · g                       ZeRO-2: gradient partitioning every micro-batch
              + k_z3 · g · (1 + ckpt)          ZeRO-3: a gather per backward and per recomputation
     V_bwd  = 2 s Ψ                            z ≤ 1: one all-reduce at the accumulation boundary
