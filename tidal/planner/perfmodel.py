@@ -30,7 +30,24 @@ Data-parallel plans (tp = pp = 1), ZeRO stage z:
                                               tried on 2026-11-26: H200 table (36 rows)
                                               0.200 → 0.171 at p = 2 but worse at p ≥ 4,
                                               H100 0.272 → 0.273, Rubick 0.120 → 0.124; not
-                                              kept, four fit rows do not tell the two apart
+                                              kept, four fit rows do not tell the two apart.
+                                              Per pass instead (2026-11-26, second session):
+                                              g · softmax_p(host, device) for the forward and the
+                                              backward, host = k_fwd0 (+ k_z2, k_z3, the
+                                              recomputation's k_fwd0), device = k_fwd·b/g
+                                              (·(k_bwd + ckpt)), p fitted in [1, 20] where the
+                                              samples have parts and two accumulation counts,
+                                              p = 1 (the sum) on a CPU. Held-out step MAPE at 20
+                                              restarts: H200 0.165 → 0.144, H100 grid 0.224 →
+                                              0.189, H100 old (no parts) 0.275 → 0.274, Rubick
+                                              median (10 restarts) 0.1404 → 0.1387. Not kept yet:
+                                              the fit is chaotic at the level of these gains —
+                                              rewriting the same sum in another order (1e-16
+                                              changes to the objective) moves the CPU table
+                                              0.074 ↔ 0.103 and the H200 table --no-parts 0.165
+                                              ↔ 0.188, and 20 restarts instead of 10 move the
+                                              latter to 0.218; variants need a fit that is
+                                              stable first (analytic gradients, more restarts)
     T_fwd  = T_comp (+ k_z3 · g)              ZeRO-3 gathers the parameters in every forward
     T_bwd  = k_bwd · T_comp  (+ T_comp with activation checkpointing: the forward is recomputed;
                                               on an H100 at micro-batch 2 a recomputation costs
