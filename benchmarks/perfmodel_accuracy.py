@@ -177,7 +177,9 @@ def regret(predicted: list[float], measured: list[float]) -> float:
 def measurements(path: Path, fit_rows: int, precision: str, device_gib: float, use_parts: bool = True,
                  count_ckpt: bool = True, verbose: bool = False) -> tuple[float, float, float, float]:
     rows = read_rows(path)
-    hw = Hardware(cpu_threads_per_gpu=1)
+    # a GPU table (allocator peaks) runs on an asynchronous device; a CPU table's host and
+    # "device" are the same cores, as the live planner's CPU profiles (`fitting.fit_job`)
+    hw = Hardware(cpu_threads_per_gpu=1, async_device=count_ckpt)
     step_apes: list[float] = []
     mem_apes: list[float] = []
     correct = total = 0
@@ -346,7 +348,9 @@ def main() -> None:
                          "(torch.cuda.max_memory_allocated, the issue's column) or a CPU run's resident-set "
                          "growth (measure_plans on the CPU). Live bytes tie checkpointed activations at "
                          "the ratio counted from the model; the resident set, which does not follow live "
-                         "tensors, at the textbook 2/L, as the live planner does for CPU profiles")
+                         "tensors, at the textbook 2/L, as the live planner does for CPU profiles. "
+                         "rss also marks the table as a CPU run, whose host and device work add "
+                         "(Hardware.async_device)")
     ap.add_argument("--orders", type=int, default=0,
                     help="--rubick: also refit with each model's rows in N other seeded orders (profile rows "
                          "first, each group shuffled; the selection breaks ties by order) and print the "

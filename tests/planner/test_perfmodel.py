@@ -248,3 +248,42 @@ def test_rubick_tables_decode() -> None:
     assert traces.workload(RUBICK, "bert").params == pytest.approx(336_297_858, rel=1e-6)
     with pytest.raises(ValueError):
         traces.decode_plan("251", (5, 4))
+
+
+def test_host_work_overlaps_the_device_on_a_gpu_only() -> None:
+    """Per pass, the host's fixed work (launches, ZeRO hooks) hides under the device's compute
+    on a GPU: ZeRO-2's hooks cost a whole k_z2 per micro-batch at a small micro-batch and far
+    less at a large one. Fitted from profiles with parts whose compute curve bends (three
+    accumulation counts), the overlap predicts ZeRO-2 at the size it was not profiled at; a CPU
+    (host and device the same cores) keeps the sum and never frees p."""
+    truth = Theta(k_fwd=2e-3, k_fwd0=6e-3, k_bwd=2.0, k_z2=0.02, k_z3=0.03, p_host=6.0, k_cpu=2e-9,
+                  k_off=0.05, k_const=0.01, k_opt=1e-10)
+    gpu, cpu = Hardware(cpu_threads_per_gpu=1), Hardware(cpu_threads_per_gpu=1, async_device=False)
+
+    def pt(z: int, g: int, off: bool = False, ac: bool = False) -> PlanPoint:
+        return PlanPoint(gpus_per_node=(1,), dp=1, zero_stage=z, offload=off, act_ckpt=ac, grad_accum=g,
+                         cpu_threads=1)
+
+    def z2_cost(th: Theta, g: int, hw: Hardware) -> float:
+        return predict(th, WORK, pt(2, g), hw).iter - predict(th, WORK, pt(1, g), hw).iter
+
+    # the truth: ZeRO-2's hooks add ~k_z2 per micro-batch at 32 micro-batches of 1 sample, and
+    # under a tenth of that, once, at 1 micro-batch of 32
+    assert z2_cost(truth, 32, gpu) == pytest.approx(32 * truth.k_z2, rel=0.1)
+    assert z2_cost(truth, 1, gpu) < 0.1 * truth.k_z2
+    assert z2_cost(truth, 1, cpu) == pytest.approx(truth.k_z2)  # a CPU adds it whole
+
+    fit_pts = [pt(0, 32), pt(0, 4), pt(0, 1), pt(2, 32)]
+    samples = []
+    for p in fit_pts:
+        b = predict(truth, WORK, p, gpu)
+        samples.append(Sample(point=p, iter_s=b.iter, fwd_s=b.fwd, sync_s=b.sync, opt_s=b.opt))
+    assert "p_host" in informed(samples)
+    got = fit(samples, WORK, gpu).theta
+    assert got.p_host > 2.0
+    for g in (1, 8):  # ZeRO-2 at sizes never profiled
+        want = predict(truth, WORK, pt(2, g), gpu).iter
+        assert predict(got, WORK, pt(2, g), gpu).iter == pytest.approx(want, rel=0.05)
+    assert fit(samples, WORK, cpu).theta.p_host == 1.0  # never freed on a CPU
+    times = [Sample(point=s.point, iter_s=s.iter_s) for s in samples]
+    assert "p_host" not in informed(times)  # step times alone cannot separate it from k_fwd0

@@ -55,7 +55,8 @@ def fit_job(spec: JobSpec, records: list[ProfileRecord], *, gpus_per_node: int,
     if not ok:
         raise ProfilesFailed("JobSpec", f"no profile of job {spec.name} succeeded: "
                            + "; ".join(f"{r.plan.short()}: {r.status}" for r in records))
-    hw = hw or Hardware(cpu_threads_per_gpu=1)
+    # a CPU profile's host and "device" are the same cores: their work adds, never overlaps
+    hw = hw or Hardware(cpu_threads_per_gpu=1, async_device=any(r.device == "cuda" for r in ok))
     psi, largest, layers = model_shape(spec)
     work = Workload(params=psi, global_batch=spec.global_batch,
                     grad_bytes=2 if spec.precision == "bf16" else 4)

@@ -30,24 +30,7 @@ Data-parallel plans (tp = pp = 1), ZeRO stage z:
                                               tried on 2026-11-26: H200 table (36 rows)
                                               0.200 → 0.171 at p = 2 but worse at p ≥ 4,
                                               H100 0.272 → 0.273, Rubick 0.120 → 0.124; not
-                                              kept, four fit rows do not tell the two apart.
-                                              Per pass instead (2026-11-26, second session):
-                                              g · softmax_p(host, device) for the forward and the
-                                              backward, host = k_fwd0 (+ k_z2, k_z3, the
-                                              recomputation's k_fwd0), device = k_fwd·b/g
-                                              (·(k_bwd + ckpt)), p fitted in [1, 20] where the
-                                              samples have parts and two accumulation counts,
-                                              p = 1 (the sum) on a CPU. Held-out step MAPE at 20
-                                              restarts: H200 0.165 → 0.144, H100 grid 0.224 →
-                                              0.189, H100 old (no parts) 0.275 → 0.274, Rubick
-                                              median (10 restarts) 0.1404 → 0.1387. Not kept yet:
-                                              the fit is chaotic at the level of these gains —
-                                              rewriting the same sum in another order (1e-16
-                                              changes to the objective) moves the CPU table
-                                              0.074 ↔ 0.103 and the H200 table --no-parts 0.165
-                                              ↔ 0.188, and 20 restarts instead of 10 move the
-                                              latter to 0.218; variants need a fit that is
-                                              stable first (analytic gradients, more restarts)
+                                              kept, four fit rows do not tell the two apart
     T_fwd  = T_comp (+ k_z3 · g)              ZeRO-3 gathers the parameters in every forward
     T_bwd  = k_bwd · T_comp  (+ T_comp with activation checkpointing: the forward is recomputed;
                                               on an H100 at micro-batch 2 a recomputation costs
@@ -55,9 +38,9 @@ Data-parallel plans (tp = pp = 1), ZeRO stage z:
                                               4× a forward: torch.utils.checkpoint's hooks on the
                                               host. A fitted host cost, softmax_γ(k_ac·g, T_comp),
                                               was tried on 2026-11-26: H100 grid (37 rows)
-                                              0.224 → 0.196 at γ = 4, 0.224 at γ = 20, but the
-                                              CPU table 0.074 → 0.103; not kept, one checkpointed
-                                              fit row also carries ZeRO-3's k_z3)
+                                              0.224 → 0.196 at γ = 4, 0.224 at γ = 20; not
+                                              kept: one checkpointed fit row also carries
+                                              ZeRO-3's k_z3, and the overlap below does as well)
              + k_z2 · g                       ZeRO-2: gradient partitioning every micro-batch
              + k_z3 · g · (1 + ckpt)          ZeRO-3: a gather per backward and per recomputation
     V_bwd  = 2 s Ψ                            z ≤ 1: one all-reduce at the accumulation boundary
@@ -87,6 +70,25 @@ Data-parallel plans (tp = pp = 1), ZeRO stage z:
     with parameter offload (ZeRO-3): each micro-batch's forward and backward fetch every
     rank's parameter partition from the host before their all-gathers:
            T_sync += 2 s Ψ g / n / W_pcie                 (no fitted constant: η and W_pcie)
+    On a GPU (`Hardware.async_device`) the host queues a pass's kernels while the device runs
+    earlier ones, so per micro-batch and pass the host's work H (the fixed costs above:
+    k_fwd0, ZeRO-2's k_z2, ZeRO-3's k_z3, the recomputation's k_fwd0) and the device's D
+    (D_fwd = k_fwd·b/g, D_bwd = (k_bwd + ckpt)·D_fwd) overlap:
+           T_fwd = g · softmax_p(H_fwd, D_fwd),   T_bwd = g · softmax_p(H_bwd, D_bwd)
+    p = 1 is the sum above (a CPU, whose host and device are the same cores: p stays 1); p is
+    fitted in [1, 20] where the samples have the profiler's parts and two accumulation counts
+    (step times alone do not separate it from k_fwd0). On an H100, GPT-2 124M/355M, ZeRO-2's
+    hooks cost 11-25 ms per micro-batch at micro-batch 2 and nothing visible at 16; ZeRO-3's
+    backward gathers 40 ms against 11 ms; a recomputation ~25 ms against ~3-36 ms. Held-out step
+    MAPE (2026-11-26, second session): H200 table 0.165 → 0.144, H100 grid 0.224 → 0.189
+    (0.212 when p's starts are drawn at random like the others': the 124M fit then stays at
+    p = 1, so every start begins at the sum); tables without parts, the CPU table and the
+    Rubick tables (one accumulation step each: p never freed) are unchanged (p = 1 is computed
+    as before). The fit is sensitive at this level: a sum
+    rewritten in another order (1e-16 changes to the objective) moved the CPU table 0.074 ↔
+    0.103, and tight L-BFGS-B tolerances move it to 0.103 too (early termination regularises
+    four-row fits); with tight tolerances the overlap still gains (H200 0.165 → 0.144, grid
+    0.224 → 0.212).
     T_iter = T_fwd + T_sync + T_opt + k_const
 
 3D plans (Megatron-style; A = seq × hidden × layers activations per sample). The measured
@@ -103,7 +105,7 @@ t5 with tp = 4 slows from 0.84 s at pp = 1 to 1.16 s at pp = 8):
              a group drives only its own members' rails
     T_sync = T_comp + T_tp + T_pp + T_dp;  T_opt = k_opt Ψ/(tp·pp);  T_iter = T_sync + T_opt + k_const
 
-θ = (k_fwd, k_fwd0, k_bwd, k_z2, k_z3, γ, k_opt, k_cpu, k_off, k_const, η, η_x, η_odd, k_mp, k_tp, k_pp) is
+θ = (k_fwd, k_fwd0, k_bwd, k_z2, k_z3, p, γ, k_opt, k_cpu, k_off, k_const, η, η_x, η_odd, k_mp, k_tp, k_pp) is
 fitted by
 minimising the summed squared log errors of T_iter and of the measured parts (T_fwd, T_sync,
 T_opt) with bounded L-BFGS-B in log space, from at most 8 samples per job (best of several
@@ -132,6 +134,9 @@ class Hardware:
     pcie_bw: float = 32e9  # bytes/s host ↔ GPU
     cpu_threads_per_gpu: int = 4
     rails: int = 8  # NICs per node, one per GPU (rail-optimised nodes); 0: one shared link per node
+    # the device runs what the host queued, so the host's per-micro-batch work overlaps the
+    # device's (a GPU); False where the "device" is the host's own cores (gloo on a CPU)
+    async_device: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -194,6 +199,7 @@ class Theta:
     k_bwd: float = 2.0
     k_z2: float = 1e-4
     k_z3: float = 1e-3
+    p_host: float = 1.0  # overlap of the host's per-micro-batch work with the device's
     gamma: float = 2.0
     k_opt: float = 1e-10
     k_cpu: float = 1e-9
@@ -209,7 +215,7 @@ class Theta:
 
 _BOUNDS: dict[str, tuple[float, float]] = {
     "k_fwd": (1e-8, 100.0), "k_fwd0": (1e-6, 10.0), "k_bwd": (0.5, 5.0), "k_z2": (1e-7, 10.0),
-    "k_z3": (1e-7, 10.0), "gamma": (1.0, 20.0),
+    "k_z3": (1e-7, 10.0), "p_host": (1.0, 20.0), "gamma": (1.0, 20.0),
     "k_opt": (1e-15, 1e-5), "k_cpu": (1e-14, 1e-3), "k_off": (1e-6, 10.0),
     "k_const": (1e-6, 10.0), "eta": (0.01, 1.0), "eta_x": (1e-4, 1.0), "eta_odd": (1e-2, 1.0),
     "k_mp": (0.2, 10.0), "k_tp": (1e-3, 1e3), "k_pp": (1e-7, 10.0),
@@ -278,13 +284,20 @@ def predict(theta: Theta, work: Workload, p: PlanPoint, hw: Hardware) -> Breakdo
     s, psi = work.grad_bytes, work.params
     if p.tp == 1 and p.pp == 1:
         n = p.n
-        t_comp = theta.k_fwd * work.global_batch / n + theta.k_fwd0 * p.grad_accum
+        g = p.grad_accum
+        t_comp = theta.k_fwd * work.global_batch / n + theta.k_fwd0 * g
         t_fwd, t_bwd = t_comp, theta.k_bwd * t_comp + (t_comp if p.act_ckpt else 0.0)
         if p.zero_stage == 2:
-            t_bwd += theta.k_z2 * p.grad_accum
+            t_bwd += theta.k_z2 * g
         elif p.zero_stage == 3:  # a gather pass per forward, per backward, per recomputation
-            t_fwd += theta.k_z3 * p.grad_accum
-            t_bwd += theta.k_z3 * p.grad_accum * (2 if p.act_ckpt else 1)
+            t_fwd += theta.k_z3 * g
+            t_bwd += theta.k_z3 * g * (2 if p.act_ckpt else 1)
+        ph = theta.p_host if hw.async_device else 1.0
+        if ph > 1.0:  # per pass, the host's work overlaps the device's (module docstring)
+            dev_f = theta.k_fwd * work.global_batch / n / g  # the device's forward of a micro-batch
+            dev_b = dev_f * (theta.k_bwd + (1.0 if p.act_ckpt else 0.0))
+            t_fwd = g * _softmax(t_fwd / g - dev_f, dev_f, ph)
+            t_bwd = g * _softmax(t_bwd / g - dev_b, dev_b, ph)
         # hierarchical collectives: a phase inside each node over NVLink, then one between the
         # k nodes whose volume per node scales with (k−1)/k
         inv_w = _transfer_time_per_byte(hw, theta, p)
@@ -369,6 +382,8 @@ def informed(samples: Sequence[Sample]) -> list[str]:
         names.append("k_opt")
     if len({p.grad_accum for p in dp}) > 1 or any(s.fwd_s for s in samples):
         names.append("k_fwd0")
+    if parts and len({p.grad_accum for p in dp}) > 1:
+        names.append("p_host")
     if any(p.zero_stage == 2 for p in dp):
         names.append("k_z2")
     if any(p.zero_stage == 3 for p in dp):
@@ -394,7 +409,7 @@ def fit(samples: Sequence[Sample], work: Workload, hw: Hardware, *, restarts: in
     """Fit the informed constants of θ (log-space L-BFGS-B from deterministic starting points)."""
     if not samples:
         raise ValueError("fit needs at least one sample")
-    names = informed(samples)
+    names = [k for k in informed(samples) if hw.async_device or k != "p_host"]
     free = [_NAMES.index(n) for n in names]
     starts = _starts(samples, work, restarts)
     base = starts[0].copy()
@@ -457,7 +472,7 @@ def _starts(samples: Sequence[Sample], work: Workload, k: int) -> list[np.ndarra
     per_sample = float(np.median([s.iter_s / (work.global_batch / s.point.dp) for s in ref]))
     base = Theta(
         k_fwd=per_sample / 4, k_fwd0=per_sample / 100, k_bwd=2.0, k_z2=per_sample / 100,
-        k_z3=per_sample / 30, gamma=2.0,
+        k_z3=per_sample / 30, p_host=1.0, gamma=2.0,
         k_opt=float(np.median([(s.opt_s or s.iter_s / 10) / work.params for s in ref])),
         k_cpu=float(np.median([(s.opt_s or s.iter_s / 3) * 4 / work.params for s in ref])),
         k_off=min(s.iter_s for s in samples) / 20, k_const=min(s.iter_s for s in samples) / 50,
@@ -465,4 +480,12 @@ def _starts(samples: Sequence[Sample], work: Workload, k: int) -> list[np.ndarra
     )
     x = np.array([math.log(max(getattr(base, n), 1e-15)) for n in _NAMES])
     rng = np.random.default_rng(0)  # fixed: the fit is deterministic
-    return [x] + [x + rng.normal(0.0, 0.7, size=x.shape) for _ in range(k - 1)]
+    # p_host starts every time at 1 (the sum: the model as it was before the overlap) and draws
+    # no noise, so that the other constants' starts stay those drawn before it existed
+    rest = [i for i, n in enumerate(_NAMES) if n != "p_host"]
+    starts = [x]
+    for _ in range(k - 1):
+        y = x.copy()
+        y[rest] += rng.normal(0.0, 0.7, size=len(rest))
+        starts.append(y)
+    return starts
