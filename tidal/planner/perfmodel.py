@@ -40,7 +40,11 @@ Data-parallel plans (tp = pp = 1), ZeRO stage z:
                                               was tried on 2026-11-26: H100 grid (37 rows)
                                               0.224 → 0.196 at γ = 4, 0.224 at γ = 20; not
                                               kept: one checkpointed fit row also carries
-                                              ZeRO-3's k_z3, and the overlap below does as well)
+                                              ZeRO-3's k_z3, and the overlap below does as well.
+                                              With the overlap, a fitted k_ac in place of the
+                                              recomputation's k_fwd0 (tied to it unless the
+                                              profiles have parts and a checkpointed row): H100
+                                              grid 0.189 → 0.208, H200 0.144 → 0.154; not kept)
              + k_z2 · g                       ZeRO-2: gradient partitioning every micro-batch
              + k_z3 · g · (1 + ckpt)          ZeRO-3: a gather per backward and per recomputation
     V_bwd  = 2 s Ψ                            z ≤ 1: one all-reduce at the accumulation boundary
