@@ -289,7 +289,8 @@ def predict(theta: Theta, work: Workload, p: PlanPoint, hw: Hardware) -> Breakdo
     if p.tp == 1 and p.pp == 1:
         n = p.n
         g = p.grad_accum
-        t_comp = theta.k_fwd * work.global_batch / n + theta.k_fwd0 * g
+        compute = theta.k_fwd * work.global_batch / n  # the device's work of the whole batch
+        t_comp = compute + theta.k_fwd0 * g
         t_fwd, t_bwd = t_comp, theta.k_bwd * t_comp + (t_comp if p.act_ckpt else 0.0)
         if p.zero_stage == 2:
             t_bwd += theta.k_z2 * g
@@ -298,7 +299,7 @@ def predict(theta: Theta, work: Workload, p: PlanPoint, hw: Hardware) -> Breakdo
             t_bwd += theta.k_z3 * g * (2 if p.act_ckpt else 1)
         ph = theta.p_host if hw.async_device else 1.0
         if ph > 1.0:  # per pass, the host's work overlaps the device's (module docstring)
-            dev_f = theta.k_fwd * work.global_batch / n / g  # the device's forward of a micro-batch
+            dev_f = compute / g  # the device's forward of a micro-batch
             dev_b = dev_f * (theta.k_bwd + (1.0 if p.act_ckpt else 0.0))
             t_fwd = g * _softmax(t_fwd / g - dev_f, dev_f, ph)
             t_bwd = g * _softmax(t_bwd / g - dev_b, dev_b, ph)
@@ -311,7 +312,7 @@ def predict(theta: Theta, work: Workload, p: PlanPoint, hw: Hardware) -> Breakdo
         t_ag = s * psi * inv_w if p.zero_stage in (1, 2) else 0.0
         if p.offload:
             threads = p.cpu_threads or hw.cpu_threads_per_gpu
-            w_pcie, g = hw.pcie_bw * theta.eta, p.grad_accum
+            w_pcie = hw.pcie_bw * theta.eta
             v_pcie = (4.0 + ((2 * g - 1) * s if g > 1 else 0.0)) * psi / n  # module docstring
             t_sync += v_pcie / w_pcie + theta.k_off * g
             t_opt = theta.k_cpu * psi / (n * threads) + s * psi / n / w_pcie + t_ag
