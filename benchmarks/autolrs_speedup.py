@@ -129,8 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     # (ramping to the range's geometric mean), and a budget of `--autolrs-budget` × the
     # baselines' steps so that it can show how many it needs (probe steps included).
     # Probes of τ/20 (at least 5 steps), and one challenger a stage: the last winner against one
-    # candidate drawn at random within `max_change` of it (trials = startup_trials = 2; the first
-    # stage draws both). A stage's losing probe steps are then exactly one probe, about τ/20.
+    # candidate drawn at random within `max_change` of it (trials = startup_trials = 2). The last
+    # winner's curve is read off the steps that trained with it (`observe_incumbent`), so a stage
+    # loses the challenger's probe, about τ/20, if the winner keeps it, and nothing if the
+    # challenger wins; the first stage probes both (its incumbent is the warm-up's LR).
     # Chosen over the GP search of up to 5 trials on seeds 0-2 and a second model by all three
     # figures: better on three runs of four, worse on seed 2 (the table: README, AutoLRS).
     tuner = AutoLRS(lr_min=min(args.grid), lr_max=max(args.grid), trials=2, startup_trials=2,

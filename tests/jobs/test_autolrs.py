@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from dataclasses import replace
 from itertools import pairwise
 from typing import Any
 
@@ -242,3 +243,37 @@ def test_a_stage_the_budget_cuts_short_probes_for_the_stage_it_runs() -> None:
     # cut below the first stage's length, a search would cost as much as the stage: none
     short = second_stage(105 + 60)
     assert (short.tau, short.probe_len, short.searching) == (60, 0, False)
+
+
+def test_the_incumbent_is_read_off_the_steps_that_trained_with_it(world_of_one: None) -> None:
+    """After the first stage the last winner is not probed: its trial is the last τ′ trained
+    steps' losses, forecast at τ′ + τ; only challengers cost probe steps, and a stage that a
+    challenger wins loses none."""
+    tuner = AutoLRS(trials=2, startup_trials=2, first_stage=12, min_probe=3, probe_fraction=0.2)
+    spec = tiny_gpt_spec(lr=tuner, total_steps=90, checkpoint_every=1000)
+    run = _run(spec, Plan(dp=1, zero_stage=1, micro_batch=8), None, None)
+    assert run.saved is not None
+    history = run.saved.extra["autolrs"]["history"]
+    assert len(history) >= 3
+    assert history[0]["observed"] == [False, False]  # no warm-up: the first stage probes both
+    loss_at = {r["step"]: r["loss"] for r in run.rows}
+    losing = 0
+    for prev, h in pairwise(history):
+        assert h["observed"] == [True, False]
+        inc, value = h["trials"][0]
+        assert inc == prev["lr"]
+        tail = [loss_at[k] for k in range(h["start"] - h["probe_len"] + 1, h["start"] + 1)]
+        assert value == pytest.approx(forecast(tail, h["probe_len"] + h["tau"]))
+    for h in history:
+        probed = [not o for o in h["observed"]]
+        winner = min(range(len(h["trials"])), key=lambda i: h["trials"][i][1])
+        losing += h["probe_len"] * (sum(probed) - probed[winner])
+    assert run.rows[-1]["probe_steps"] == losing
+    # with the incumbent probed (the setting off) every stage loses one probe
+    off_cfg = replace(tuner, observe_incumbent=False)
+    spec_off = tiny_gpt_spec(lr=off_cfg, total_steps=90, checkpoint_every=1000)
+    off = _run(spec_off, Plan(dp=1, zero_stage=1, micro_batch=8), None, None)
+    assert off.saved is not None
+    off_history = off.saved.extra["autolrs"]["history"]
+    assert off.rows[-1]["probe_steps"] == sum(h["probe_len"] for h in off_history)
+    assert not any(any(h["observed"]) for h in off_history)

@@ -19,7 +19,9 @@ LR needs re-tuning often early on, rarely later.
 **Cost.** Every probe step is real training compute. The steps of the losing probes are
 overhead (k−1 of them when a stage tries all k; fewer with the adaptive search: the previous
 winner goes first, and the search stops at the first trial that no longer improves the best
-forecast once `min_trials` are done); they are counted in `compute_steps`, which every metrics
+forecast once `min_trials` are done; none where a challenger beats the previous winner, whose
+curve is read off the steps that trained with it, `AutoLRS.observe_incumbent`); they are
+counted in `compute_steps`, which every metrics
 row carries and which the job's budget (`JobSpec.total_steps`) is measured in. The data
 position `step` counts only steps that became part of the trained model.
 
@@ -70,11 +72,21 @@ class AutoLRS:
                     better schedule on every seed: the probes' overhead delayed the stages).
                     `trials=2, startup_trials=2` is the shortest search: the last winner
                     against one challenger drawn at random within `max_change` of it, one
-                    losing probe a stage (what benchmarks/autolrs_speedup.py runs; README).
+                    losing probe a stage, or with `observe_incumbent` one in a stage the last
+                    winner keeps and none in one the challenger wins (what
+                    benchmarks/autolrs_speedup.py runs; README).
     max_change:     after the first stage, candidates lie within a factor `max_change` of the
                     previous winner (inside the range): a short probe forecast over a long stage
                     can favour an LR whose curve falls fast after its own spike, and one stage
                     should not jump the LR by 10× on that evidence (0: the whole range).
+    observe_incumbent: the incumbent (the previous stage's winner, with `reuse_winner`) is not
+                    probed. The stage before trained with it, so its last τ′ trained steps,
+                    which end where this stage starts, are its curve: the trial is recorded
+                    from them, forecast at τ′ + τ (the stage's end on that curve's clock). Only
+                    challengers are probed: a stage the incumbent keeps loses the challengers'
+                    probes, a stage a challenger wins loses nothing (a probed incumbent loses
+                    one probe either way). The first stage, after a warm-up whose LR ramps,
+                    still probes its incumbent.
     """
 
     lr_min: float = 1e-4
@@ -92,6 +104,7 @@ class AutoLRS:
     min_trials: int = 2
     tolerance: float = 0.002
     max_change: float = 3.0
+    observe_incumbent: bool = True
 
     def __post_init__(self) -> None:
         if not 0 < self.lr_min < self.lr_max:
@@ -203,6 +216,9 @@ class TunerState:
     trials: list[dict[str, Any]] = field(default_factory=list)  # this stage: lr, forecast, losses
     lr: float | None = None  # the stage's winner, once chosen
     history: list[dict[str, Any]] = field(default_factory=list)  # one row per finished search
+    # the last trained steps outside probes, [lr, loss] each (at most the longest probe): the
+    # observed incumbent's curve (`AutoLRS.observe_incumbent`)
+    recent: list[list[float]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -305,12 +321,22 @@ class Tuner:
 
     def tell(self, lr: float, losses: list[float]) -> bool:
         """Record a finished probe; True if its forecast is the best of the stage so far."""
-        f = forecast(losses, self.state.tau)
+        return self._record(lr, losses, self.state.tau, observed=False)
+
+    def _record(self, lr: float, losses: list[float], horizon: int, *, observed: bool) -> bool:
+        f = forecast(losses, horizon)
         # A diverged probe gets a finite penalty (the GP needs numbers): worse than any curve.
         value = f if math.isfinite(f) else (max(losses[0], 0.0) + 10.0 if math.isfinite(losses[0]) else 1e6)
         best = min((tr["value"] for tr in self.state.trials), default=math.inf)
-        self.state.trials.append({"lr": lr, "value": value, "losses": [float(x) for x in losses]})
+        self.state.trials.append({"lr": lr, "value": value, "losses": [float(x) for x in losses],
+                                  "observed": observed})
         return value < best
+
+    def observe(self, lr: float, loss: float) -> None:
+        """A trained step outside the probes (the worker calls it for every one): the observed
+        incumbent's curve is the last of them (`AutoLRS.observe_incumbent`)."""
+        keep = self.cfg.probe_len(self.cfg.max_stage)
+        self.state.recent = [*self.state.recent[-(keep - 1):], [float(lr), float(loss)]]
 
     def search_done(self) -> bool:
         """All `trials` tried, or (adaptive, `AutoLRS.min_trials`) the last trial, after enough
@@ -333,7 +359,8 @@ class Tuner:
         s.lr, s.searching = float(win["lr"]), False
         s.history.append({"stage": s.stage, "start": s.stage_start, "tau": s.tau,
                           "probe_len": s.probe_len, "lr": s.lr,
-                          "trials": [(tr["lr"], tr["value"]) for tr in s.trials]})
+                          "trials": [(tr["lr"], tr["value"]) for tr in s.trials],
+                          "observed": [bool(tr.get("observed")) for tr in s.trials]})
         self._mirror_study()
         return s.lr
 
@@ -365,6 +392,14 @@ class Tuner:
             s.tau, s.probe_len, s.searching = stage, probe, True
         else:
             s.tau, s.probe_len, s.searching = max(1, left), 0, False
+            return
+        inc = self.previous_winner()
+        tail = s.recent[-probe:]
+        if (cfg.observe_incumbent and cfg.reuse_winner and inc is not None and len(tail) == probe
+                and all(lr == inc for lr, _ in tail)):
+            # its curve's points are the states stage_start − τ′ … stage_start − 1; a probe's
+            # t = 1 is stage_start: the stage ends at t = τ′ + τ on the tail's clock
+            self._record(inc, [loss for _, loss in tail], probe + s.tau, observed=True)
 
     def _mirror_study(self) -> None:
         """Write the finished stage's trials as an Optuna study in the job's SQLite file."""

@@ -312,6 +312,7 @@ class _Loop:
             while self.step < tuner.stage_end and self.compute < end:
                 lr = tuner.lr
                 loss, stop, dt = self.execute(self.step, lr)
+                tuner.observe(lr, loss)
                 if self.trained(loss, lr, dt, end, stop):
                     return
             if self.step >= tuner.stage_end:
@@ -357,10 +358,12 @@ class _Loop:
         if best is not None and best[1][0][1] == win:
             restore_state(self.engine, best[0])
             rows = best[1]
-        else:  # the winner was probed before a resume: its end state is gone, run it again
+        else:  # the winner's end state is not at hand (probed before a resume, or the observed
+            # incumbent, never probed here): its τ′ steps from the stage's start, trained now
             restore_state(self.engine, start)
             rows = self.probe(st.stage_start, st.probe_len, win, None)
         for loss, lr, dt in rows:  # the winner's probe steps are the stage's first steps
+            tuner.observe(lr, loss)
             self.step += 1
             row = self.row(self.step, loss, lr, dt)
             if self.rank == 0:
