@@ -335,8 +335,8 @@ class Tuner:
     def observe(self, lr: float, loss: float) -> None:
         """A trained step outside the probes (the worker calls it for every one): the observed
         incumbent's curve is the last of them (`AutoLRS.observe_incumbent`)."""
-        keep = self.cfg.probe_len(self.cfg.max_stage)
-        self.state.recent = [*self.state.recent[-(keep - 1):], [float(lr), float(loss)]]
+        self.state.recent.append([float(lr), float(loss)])
+        del self.state.recent[:-self.cfg.probe_len(self.cfg.max_stage)]
 
     def search_done(self) -> bool:
         """All `trials` tried, or (adaptive, `AutoLRS.min_trials`) the last trial, after enough
