@@ -69,6 +69,27 @@ def test_stop_at_next_step_boundary_with_checkpoint(ray_cluster: Any) -> None:
     assert r.stop_requested_at is not None
 
 
+def test_stop_before_the_first_step_aborts_and_keeps_the_launch_checkpoint(ray_cluster: Any) -> None:
+    """A stop that finds no step trained does not wait for the workers and engines to come up:
+    the run is aborted, ends with the checkpoint it was launched from, and its GPUs are free for
+    the next run, which resumes from that checkpoint."""
+    spec = tiny_gpt_spec(total_steps=10_000, checkpoint_every=10_000)
+    plan = Plan(dp=2, zero_stage=1, micro_batch=4)
+    first = run(spec, plan, _res(plan), stop_at_step=2)
+    assert first.checkpoint is not None and first.final_step == 2 and not first.aborted
+
+    handle = launch(spec, plan, _res(plan), first.checkpoint)
+    handle.stop()  # before the controller has even started: aborted as soon as it registers
+    r = handle.result(timeout=180)
+    assert r.aborted and not r.finished
+    assert r.start_step == r.final_step == 2 and r.checkpoint == first.checkpoint and r.history == []
+    assert r.stop_requested_at is not None
+
+    nxt = run(spec, plan, _res(plan), r.checkpoint, stop_at_step=4)  # the same 2 GPUs, free again
+    assert not nxt.aborted and nxt.start_step == 2 and nxt.final_step == 4
+    assert [m["step"] for m in nxt.history] == [3, 4]
+
+
 def test_launch_validates_before_starting(ray_cluster: Any) -> None:
     spec = tiny_gpt_spec()
     with pytest.raises(PlanError, match="needs 2 workers"):

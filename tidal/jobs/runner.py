@@ -8,6 +8,15 @@ A run trains from `checkpoint` (or from scratch) until the job's last step, unti
 way out ends with a plan-independent checkpoint (`tidal.jobs.checkpoint`), so the scheduler
 reconfigures a job as stop → `run(spec, new_plan, new_resources, checkpoint=...)`.
 
+A stop that finds no step trained yet does not wait for one: starting a worker group, building
+the DeepSpeed engines and loading the checkpoint took over 90 s on a busy 2-core host (the demo:
+a loan's recall waited that long for a run that had not trained a step). Such a run holds
+nothing its launch checkpoint does not, so the stop aborts Ray Train's controller
+(`TrainController.abort`: the worker group and its placement group go) and the run ends with
+that checkpoint, `RunResult.aborted` set. The control actor learns the controller's handle
+from a controller callback when the controller starts; a stop asked for before that aborts it
+as soon as it registers.
+
 Each run has a small control actor (`RunControl`, zero CPUs). Rank 0 sends it per-step
 metrics in batches, never blocking on it, and learns from its answer whether a stop was asked
 for; the driver reads progress and the loss curve from it. Ray Train's own `report` carries
@@ -83,13 +92,31 @@ class Resources:
 
 @ray.remote(num_cpus=0)
 class RunControl:
-    """Per-run mailbox: metrics in from rank 0, a stop request in from the driver."""
+    """Per-run mailbox: metrics in from rank 0, a stop request in from the driver, the handle of
+    Ray Train's controller (to abort a run stopped before its first step: module docstring)."""
 
     def __init__(self) -> None:
         self._stop = False
         self._stop_time: float | None = None
         self._history: dict[int, dict[str, Any]] = {}
         self._workers: dict[int, str] = {}
+        self._controller: Any = None
+        self._aborted = False
+
+    def set_controller(self, controller: Any) -> None:
+        """Called once by `_ControllerHandle` from inside the controller as it starts."""
+        self._controller = controller
+        self._abort_if_untrained()
+
+    def _abort_if_untrained(self) -> None:
+        """A stop asked for before any step was reported: abort the run now, not after its
+        first step (its launch checkpoint is all it has)."""
+        if self._stop and not self._history and self._controller is not None and not self._aborted:
+            self._aborted = True
+            self._controller.abort.remote()  # exits the controller: no answer to wait for
+
+    def aborted(self) -> bool:
+        return self._aborted
 
     def register(self, rank: int, node_id: str) -> None:
         """Each worker says where it really runs (the executor verifies placements with it)."""
@@ -101,10 +128,13 @@ class RunControl:
     def request_stop(self) -> float:
         if not self._stop:
             self._stop, self._stop_time = True, time.time()
+        self._abort_if_untrained()
         assert self._stop_time is not None
         return self._stop_time
 
     def heartbeat(self, metrics: list[dict[str, Any]]) -> bool:
+        if self._aborted:
+            return True  # steps reported after the abort are not the run's: the run has none
         for m in metrics:  # a restarted worker group may resend steps: keep the latest
             self._history[int(m["step"])] = m
         return self._stop
@@ -129,6 +159,7 @@ class RunResult:
     worker_nodes: dict[int, str] = field(default_factory=dict)  # rank → Ray node id it ran on
     wall_s: float = 0.0
     stop_requested_at: float | None = None
+    aborted: bool = False  # stopped before its first step: ended with its launch checkpoint
 
     @property
     def losses(self) -> list[float]:
@@ -169,6 +200,7 @@ class RunHandle:
                  max_failures: int, job_key: str | None) -> None:
         self.spec, self.plan, self.resources = spec, plan, resources
         self.run_id = run_id or f"{spec.name}-{uuid.uuid4().hex[:8]}"
+        self.checkpoint = checkpoint
         self.start_step = _checkpoint_progress(checkpoint)[0] if checkpoint else 0
         study = (str(storage_root() / "autolrs" / f"{job_key or spec.name}.sqlite")
                  if spec.autolrs is not None else None)
@@ -186,7 +218,8 @@ class RunHandle:
             threads_per_worker=max(1, int(resources.cpus_per_worker)), study_path=study,
         )
         self._trainer = make_trainer(train_loop, {"worker": worker}, resources, use_cuda=use_cuda,
-                                     name=self.run_id, max_failures=max_failures)
+                                     name=self.run_id, max_failures=max_failures,
+                                     callbacks=[_controller_handle(self.control)])
         self._result: RunResult | None = None
         self._error: BaseException | None = None
         self._stop_time: float | None = None
@@ -196,7 +229,18 @@ class RunHandle:
 
     def _fit(self) -> None:
         try:
-            result = self._trainer.fit()
+            try:
+                result = self._trainer.fit()
+            except BaseException:
+                if not self._aborted():
+                    raise
+                self._result = RunResult(
+                    spec_name=self.spec.name, plan=self.plan, run_id=self.run_id,
+                    start_step=self.start_step, final_step=self.start_step, finished=False,
+                    checkpoint=self.checkpoint, history=[], worker_nodes={},
+                    wall_s=time.time() - self._t0, stop_requested_at=self._stop_time, aborted=True,
+                )
+                return
             history = ray.get(self.control.history.remote())
             workers = ray.get(self.control.workers.remote())
             ckpt = result.checkpoint.path if result.checkpoint is not None else None
@@ -213,8 +257,15 @@ class RunHandle:
         finally:
             ray.kill(self.control)
 
+    def _aborted(self) -> bool:
+        try:
+            return bool(ray.get(self.control.aborted.remote(), timeout=30))
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            return False
+
     def stop(self) -> None:
-        """Ask the run to stop after the current step, with a checkpoint. Returns at once."""
+        """Ask the run to stop after the current step, with a checkpoint (before its first step:
+        at once, aborting it; module docstring). Returns at once."""
         if self._stop_time is None and self._thread.is_alive():
             self._stop_time = ray.get(self.control.request_stop.remote())
 
@@ -260,8 +311,25 @@ def _checkpoint_progress(checkpoint: str) -> tuple[int, int]:
     return int(meta["step"]), int(meta.get("compute_steps", meta["step"]))
 
 
+def _controller_handle(control: Any) -> Any:
+    """A Ray Train controller callback that hands the controller's actor handle to the run's
+    `RunControl` as the controller starts (Train V2 has no public handle to a run's controller;
+    non-`UserCallback` callbacks in `RunConfig.callbacks` reach the controller as they are)."""
+    from ray.train.v2._internal.execution.callback import ControllerCallback
+
+    class ControllerHandle(ControllerCallback):
+        def __init__(self, control: Any) -> None:
+            self.control = control
+
+        def after_controller_start(self, train_run_context: Any) -> None:
+            # no ray.get: this runs on the controller's event loop
+            self.control.set_controller.remote(ray.get_runtime_context().current_actor)
+
+    return ControllerHandle(control)
+
+
 def make_trainer(train_fn: Any, config: dict[str, Any], resources: Resources, *, use_cuda: bool,
-                 name: str, max_failures: int = 0) -> Any:
+                 name: str, max_failures: int = 0, callbacks: list[Any] | None = None) -> Any:
     """A Ray Train V2 `TorchTrainer` of `resources.num_workers` workers running `train_fn`:
     gloo on CPU / NCCL on CUDA, workers pinned per rank to `resources.node_ids` if given,
     results under `storage_root()/name`. The runner and the profiler both build theirs here."""
@@ -290,6 +358,7 @@ def make_trainer(train_fn: Any, config: dict[str, Any], resources: Resources, *,
             name=name,
             storage_path=str(storage),
             failure_config=FailureConfig(max_failures=max_failures),
+            callbacks=callbacks,
         ),
     )
 
