@@ -254,7 +254,8 @@ class Scheduler:
         return [steps[k] for k in sorted(steps)]
 
     def placements(self) -> list[dict[str, Any]]:
-        """For every finished run: the nodes the decision named and where the workers ran."""
+        """For every run that ended (but runs aborted before their first step: no workers): the
+        nodes the decision named and where the workers ran."""
         return list(self.placement_checks)
 
     def recent_events(self) -> list[str]:
@@ -576,11 +577,15 @@ class Scheduler:
                 continue
             r = ended.result
             self._save_curve(jid, r.history)
-            named = sorted(n for n, g in rec.allocation or [] for _ in range(int(g)))
-            ran = sorted(r.worker_nodes.values())
-            self.placement_checks.append({"job_id": jid, "run_id": r.run_id, "decided": named, "ran": ran})
-            if named != ran:
-                self._event(f"{jid}: workers ran on {ran}, the decision named {named}")
+            if r.aborted:  # stopped before its first step: no worker group to check
+                self._event(f"{jid}: run {r.run_id} stopped before its first step (aborted)")
+            else:
+                named = sorted(n for n, g in rec.allocation or [] for _ in range(int(g)))
+                ran = sorted(r.worker_nodes.values())
+                self.placement_checks.append({"job_id": jid, "run_id": r.run_id, "decided": named,
+                                              "ran": ran})
+                if named != ran:
+                    self._event(f"{jid}: workers ran on {ran}, the decision named {named}")
             fields: dict[str, Any] = {"checkpoint": r.checkpoint, "step": r.final_step, "allocation": None}
             if r.finished:
                 self.store.transition(jid, JobState.SUCCEEDED, f"finished at step {r.final_step}",
