@@ -50,7 +50,13 @@ def test_serve_a_tidal_checkpoint_under_a_surge(ray_cluster: Any, inference_node
                           replica_rps=10.0, upscale_delay_s=1.0, downscale_delay_s=600.0),
                   name="gpt", route_prefix="/gpt")
         url = f"http://127.0.0.1:{port}/gpt"
-        status, out = post_json(url, {"prompt": "ROMEO:", "max_new_tokens": 8}, 30)
+        # serve.run returns once the app runs; the proxy learns its route a moment later (a 404
+        # until then, seen once on a loaded host)
+        deadline = time.time() + 30
+        while (status_out := post_json(url, {"prompt": "ROMEO:", "max_new_tokens": 8}, 30))[0] == 404:
+            assert time.time() < deadline, "the route /gpt never appeared"
+            time.sleep(0.5)
+        status, out = status_out
         assert status == 200 and out is not None and len(out["completion"]) == 8 and out["step"] == 10
         status, _ = post_json(url, {"prompt": "ROMEO:", "max_new_tokens": 10_000}, 30)
         assert status == 400
