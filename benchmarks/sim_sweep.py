@@ -45,7 +45,8 @@ METRICS = (("avg_jct_s", "JCT"), ("makespan_s", "makespan"), ("guarantee_violati
 # one constant at a time, around the default (PolicyConfig)
 SENSITIVITY: dict[str, tuple[float | bool, ...]] = {
     "aging_s": (300.0, 600.0, 2400.0), "horizon_s": (300.0, 1200.0, 2400.0),
-    "guarantee_margin": (0.0, 0.05, 0.2), "grow_into_idle": (False,), "max_restarts": (10, 40)}
+    "guarantee_margin": (0.0, 0.05, 0.2), "grow_into_idle": (False,), "max_restarts": (10, 40),
+    "admission_preempts_earlier": (True,)}
 
 
 def geomean(xs: list[float]) -> float:
