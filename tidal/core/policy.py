@@ -305,7 +305,7 @@ def _choose_counts(jobs: list[JobView], capacity: int, fixed: Mapping[str, int |
     `lent` recallable ones (priced by `risk`, module docstring). `jobs` come in arrival order;
     `fixed` jobs take exactly their index; `kept` jobs at least theirs (they may grow).
     `owned_held`: owned GPUs each running job holds now (admission control: a waiting guaranteed
-    job does not take those of earlier best-effort jobs; None: all GPUs are owned)."""
+    job does not take those of earlier best-effort jobs; a job absent from it holds none)."""
     kept = kept or {}
     by_id = {j.job_id: j for j in jobs}
     choice: dict[str, int | None] = {j.job_id: None for j in jobs}
@@ -325,12 +325,11 @@ def _choose_counts(jobs: list[JobView], capacity: int, fixed: Mapping[str, int |
     # options), by arrival: a waiting guaranteed job leaves those of earlier arrivals alone
     held_at: list[float] = []
     held_sum: list[int] = [0]
-    if not cfg.admission_preempts_earlier:
+    if not cfg.admission_preempts_earlier and owned_held:
         for j in jobs:  # in arrival order (`decide` sorts them)
-            cur = j.current
-            if cur is None or j.guarantee is not None or j.job_id in fixed or j.job_id in kept:
+            own = owned_held.get(j.job_id)
+            if own is None or j.guarantee is not None or j.job_id in fixed or j.job_id in kept:
                 continue
-            own = cur.gpus if owned_held is None else owned_held.get(j.job_id, 0)
             held_at.append(j.arrival)
             held_sum.append(held_sum[-1] + min(j.options[0].gpus, own))
     floor: dict[str, int] = {}
@@ -666,11 +665,10 @@ def decide(snapshot: Snapshot) -> Decision:
     floors = {j.job_id: j.options[gi].gpus for j in jobs
               if j.guarantee is not None and (gi := guarantee_index(j, cfg.guarantee_margin)) is not None}
     prefix = _owned_prefix(snapshot.nodes)
-    owned_held = None  # without lent GPUs, every GPU a job holds is owned
-    if lent:
-        owned_ids = {n.node_id for n in snapshot.nodes if not n.recallable}
-        owned_held = {j.job_id: sum(g for nid, g in j.current.gpus_by_node if nid in owned_ids)
-                      for j in running if j.current is not None}
+    # owned GPUs each running job holds (without lent GPUs: all it holds)
+    owned_ids = {n.node_id for n in snapshot.nodes if not n.recallable}
+    owned_held = {j.job_id: (sum(g for nid, g in j.current.gpus_by_node if nid in owned_ids) if lent
+                             else j.current.gpus) for j in running if j.current is not None}
     while True:
         new_choice, reasons = _choose_counts(jobs, capacity, {**frozen, **dict.fromkeys(unplaceable)},
                                              cfg, snapshot.now, lent=lent, risk=risk,

@@ -104,7 +104,7 @@ class RunControl:
         self._aborted = False
 
     def set_controller(self, controller: Any) -> None:
-        """Called once by `_ControllerHandle` from inside the controller as it starts."""
+        """Called once by the `_controller_handle` callback from inside the controller as it starts."""
         self._controller = controller
         self._abort_if_untrained()
 
