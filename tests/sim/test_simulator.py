@@ -18,8 +18,8 @@ from tidal.sim.simulator import (
     Simulator,
     idle_while_waiting_gpu_s,
 )
-from tidal.sim.tables import Truth
-from tidal.sim.views import SimPlanner
+from tidal.sim.tables import Truth, packed
+from tidal.sim.views import PerfectPlanner, SimPlanner
 from tidal.sim.workload import SimJob, family, read_workload, synthetic, write_workload
 
 RUBICK = Path(__file__).resolve().parents[3] / "shared" / "traces" / "rubick"
@@ -169,3 +169,22 @@ def test_idle_while_waiting_counts_only_idle_gpus_while_a_job_waits() -> None:
     stopped = [*timeline[:3], (12.0, "b", 0), (15.0, "b", 4), *timeline[3:]]
     result = SimResult(policy="x", jobs=jobs, timeline=stopped, actions=[], round_ms=[], metrics={})
     assert idle_while_waiting_gpu_s(result, 4) == pytest.approx(20.0 + 4 * 3.0)
+
+
+def test_the_perfect_planner_predicts_the_truth(world: tuple[Truth, SimPlanner, list[SimJob]]) -> None:
+    """sim_sweep's "truth as the model" row: every option and the guarantee are the truth
+    table's packed throughputs, where the fitted planner's are not."""
+    truth, fitted, jobs = world
+    perfect = PerfectPlanner(truth=truth)
+    off = 0.0
+    for job in jobs[:20]:
+        b = truth.global_batch(job.app)
+        for opt, fit_opt in zip(perfect.options(job, "co"), fitted.options(job, "co"), strict=True):
+            true = b / truth.plan_time(job.app, opt.plan, packed(opt.gpus, perfect.gpus_per_node))
+            assert opt.samples_per_s == pytest.approx(true)
+            off = max(off, abs(fit_opt.samples_per_s / true - 1))
+        assert perfect.requested_throughput(job) == pytest.approx(
+            b / truth.iter_time(job.app, job.exec_plan, packed(job.num_gpus, perfect.gpus_per_node)))
+    assert off > 0.05  # the fitted model errs on some option: the row measures something
+    with pytest.raises(TypeError, match="fits no model"):
+        perfect.model(jobs[0].app)

@@ -119,3 +119,17 @@ class SimPlanner:
     def requested_throughput(self, job: SimJob) -> float:
         """Predicted samples/s of the job's own request (its guarantee when `is_sla`)."""
         return self.truth.global_batch(job.app) / self.predict(job.app, job.exec_plan, job.num_gpus)
+
+
+@dataclass(kw_only=True)
+class PerfectPlanner(SimPlanner):
+    """A diagnostic, not a planner: predictions *are* the truth table's times (packed placements,
+    no profiling noise, no fit). A policy run with it shows what it does with a perfect model, so
+    a benchmark can tell what a policy loses to the model's error from what it loses to its own
+    decisions (`benchmarks/sim_sweep.py`'s row "truth as the model")."""
+
+    def model(self, app: str) -> AppModel:
+        raise TypeError("PerfectPlanner fits no model: it predicts the truth table itself")
+
+    def predict(self, app: str, code: str, n: int) -> float:
+        return self.truth.iter_time(app, code, packed(n, self.gpus_per_node))
