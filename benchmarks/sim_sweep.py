@@ -19,7 +19,8 @@ truth's other extrapolation rules (`tidal.sim.tables`, step 4: what an unmeasure
 the measured GPU counts runs at; `--extrapolation` sets the headline's); and, last, Tidal shown
 the truth table itself as its model (`tidal.sim.views.PerfectPlanner`; the Rubick
 re-implementation keeps the fitted model): where that row meets a goal the headline misses, the
-gap is the model's error; where it misses too, the gap is the policy's. Last lines:
+gap is the model's error; where it misses too, the gap is the policy's; and both policies shown
+the truth (their decisions alone, neither gaining nor losing by the model's errors). Last lines:
 `sweep_geomean_jct_speedup_vs_rubick`, `sweep_geomean_makespan_speedup_vs_rubick`,
 `sweep_min_makespan_speedup_vs_rubick`, `sweep_guarantee_violation_not_worse`,
 `sweep_min_jct_speedup_vs_rubick`. `--seeds N` runs the family for N seeds (other synthetic
@@ -46,11 +47,12 @@ from tidal.sim.workload import SimJob, family
 METRICS = (("avg_jct_s", "JCT"), ("makespan_s", "makespan"), ("guarantee_violation_s", "violation"),
            ("idle_while_waiting_gpu_s", "idle·wait GPU-s"))
 # one constant at a time, around the default (PolicyConfig)
-SENSITIVITY: dict[str, tuple[float | bool, ...]] = {
+SENSITIVITY: dict[str, tuple[float | bool | str, ...]] = {
     "aging_s": (300.0, 600.0, 2400.0), "horizon_s": (300.0, 1200.0, 2400.0),
     "guarantee_margin": (0.0, 0.05, 0.2), "grow_into_idle": (False,), "max_restarts": (10, 40),
-    "admission_preempts_earlier": (True,)}
+    "admission_preempts": ("later", "any")}
 PERFECT = "truth as Tidal's model"
+BOTH_PERFECT = "truth as both models"
 
 
 def geomean(xs: list[float]) -> float:
@@ -127,18 +129,19 @@ def main(argv: list[str] | None = None) -> int:
         rows += [(f"truth: {e} extrapolation", base, Truth(args.traces, e))
                  for e in EXTRAPOLATIONS if e != args.extrapolation]
         # Tidal shown the truth table as its model (the Rubick re-implementation keeps the fitted
-        # one): what Tidal loses to the model's error against what it loses to its own decisions
-        rows += [(PERFECT, base, truth)]
+        # one): what Tidal loses to the model's error against what it loses to its own decisions;
+        # then both shown it: the two policies' decisions alone, no model error on either side
+        rows += [(PERFECT, base, truth), (BOTH_PERFECT, base, truth)]
         perfect = {s: PerfectPlanner(truth=truth, seed=s) for s in seeds}
         for label, pc, world in rows:
             if label == "default":
                 js, ms, ok = list(jct.values()), list(mk.values()), sum(viol_ok.values())
             else:
                 c = replace(cfg, policy=pc)
-                views = perfect if label == PERFECT else planners
+                views = perfect if label in (PERFECT, BOTH_PERFECT) else planners
                 runs = {n: run(jobs, world, views[sd], "tidal", c) for n, jobs, sd in workloads}
-                ref = results if world is truth else {
-                    n: {"rubick": run(jobs, world, planners[sd], "rubick", cfg)} for n, jobs, sd in workloads}
+                ref = results if world is truth and label != BOTH_PERFECT else {
+                    n: {"rubick": run(jobs, world, views[sd], "rubick", cfg)} for n, jobs, sd in workloads}
                 js = [ref[n]["rubick"]["avg_jct_s"] / runs[n]["avg_jct_s"] for n in runs]
                 ms = [ref[n]["rubick"]["makespan_s"] / runs[n]["makespan_s"] for n in runs]
                 ok = sum(r["guarantee_violation_s"] <= ref[n]["rubick"]["guarantee_violation_s"] + 1e-6

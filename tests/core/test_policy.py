@@ -261,27 +261,32 @@ def test_an_admitted_guaranteed_job_keeps_its_floor_before_earlier_waiting_ones(
     assert "guarantee needs 4 GPUs" in d.reasons["G1"]
 
 
-def test_admission_never_preempts_an_earlier_best_effort_job() -> None:
+def test_admission_never_preempts_a_running_best_effort_job() -> None:
     """A waiting guaranteed job is admitted into GPUs that neither floors nor running best-effort
-    jobs that arrived before it hold (their smallest options): it may shrink such a job, never
-    stop it. A best-effort job that arrived after it gives way; with
-    `admission_preempts_earlier` every best-effort job does."""
+    jobs hold (their smallest options): it may shrink such a job, never stop it, whether it
+    arrived before or after. With `admission_preempts="later"` a best-effort job that arrived
+    after it gives way; with `"any"` every one does."""
     nodes = (Node(node_id="a", gpus=4),)
     cur = Allocation(gpus_by_node=(("a", 4),), plan=Plan(dp=4, micro_batch=2))
     early = _job("E", 0, [2, 4], [190, 300], current=cur, remaining_samples=1e6)
-    wide = _job("G", 10, [2, 4], [190, 300], guarantee=250.0)  # its floor: all 4 GPUs
-    d = decide(Snapshot(nodes=nodes, jobs=(early, wide)))
-    assert d.allocations["E"] == cur and "G" not in d.allocations
-    assert "2 of them held by best-effort jobs that arrived before it" in d.reasons["G"]
-    d = decide(Snapshot(nodes=nodes, jobs=(early, wide),
-                        config=PolicyConfig(admission_preempts_earlier=True)))
-    assert d.allocations["G"].gpus == 4 and "E" not in d.allocations and d.changed == ("E",)
-    narrow = _job("G", 10, [2, 4], [190, 300], guarantee=180.0)  # its floor: 2 GPUs
-    d = decide(Snapshot(nodes=nodes, jobs=(early, narrow)))
-    assert d.allocations["G"].gpus == 2 and d.allocations["E"].gpus == 2
     late = _job("E", 20, [2, 4], [190, 300], current=cur, remaining_samples=1e6)
-    d = decide(Snapshot(nodes=nodes, jobs=(late, wide)))
+    wide = _job("G", 10, [2, 4], [190, 300], guarantee=250.0)  # its floor: all 4 GPUs
+    for e in (early, late):
+        d = decide(Snapshot(nodes=nodes, jobs=(e, wide)))
+        assert d.allocations["E"] == cur and "G" not in d.allocations
+        assert d.reasons["G"].endswith("2 of them held by running best-effort jobs")
+    narrow = _job("G", 10, [2, 4], [190, 300], guarantee=180.0)  # its floor: 2 GPUs
+    for e in (early, late):
+        d = decide(Snapshot(nodes=nodes, jobs=(e, narrow)))
+        assert d.allocations["G"].gpus == 2 and d.allocations["E"].gpus == 2  # shrunk, not stopped
+    later = PolicyConfig(admission_preempts="later")
+    d = decide(Snapshot(nodes=nodes, jobs=(early, wide), config=later))
+    assert d.allocations["E"] == cur and "G" not in d.allocations
+    assert "2 of them held by running best-effort jobs that arrived before it" in d.reasons["G"]
+    d = decide(Snapshot(nodes=nodes, jobs=(late, wide), config=later))
     assert d.allocations["G"].gpus == 4 and "E" not in d.allocations
+    d = decide(Snapshot(nodes=nodes, jobs=(early, wide), config=PolicyConfig(admission_preempts="any")))
+    assert d.allocations["G"].gpus == 4 and "E" not in d.allocations and d.changed == ("E",)
 
 
 def test_guaranteed_first_and_on_non_recallable_gpus() -> None:
