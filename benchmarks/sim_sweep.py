@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         # one): what Tidal loses to the model's error against what it loses to its own decisions;
         # then both shown it: the two policies' decisions alone, no model error on either side
         rows += [(PERFECT, base, truth), (BOTH_PERFECT, base, truth)]
-        perfect = {s: PerfectPlanner(truth=truth, seed=s) for s in seeds}
+        perfect = dict.fromkeys(seeds, PerfectPlanner(truth=truth))  # no noise: one for every seed
         for label, pc, world in rows:
             if label == "default":
                 js, ms, ok = list(jct.values()), list(mk.values()), sum(viol_ok.values())

@@ -309,7 +309,8 @@ def _choose_counts(jobs: list[JobView], capacity: int, fixed: Mapping[str, int |
     `lent` recallable ones (priced by `risk`, module docstring). `jobs` come in arrival order;
     `fixed` jobs take exactly their index; `kept` jobs at least theirs (they may grow).
     `owned_held`: owned GPUs each running job holds now (admission control: a waiting guaranteed
-    job does not take those of earlier best-effort jobs; a job absent from it holds none)."""
+    job does not take those of running best-effort jobs, under `admission_preempts="later"` of
+    the earlier ones only; a job absent from it holds none)."""
     kept = kept or {}
     by_id = {j.job_id: j for j in jobs}
     choice: dict[str, int | None] = {j.job_id: None for j in jobs}
@@ -351,11 +352,10 @@ def _choose_counts(jobs: list[JobView], capacity: int, fixed: Mapping[str, int |
             reasons[j.job_id] = "no option reaches its guarantee"
             continue
         need = j.options[gi].gpus
-        # a waiting job is admitted around the running best-effort jobs' GPUs (module docstring)
-        held = 0
-        if j.current is None:
-            held = held_sum[-1] if cfg.admission_preempts == "none" else held_sum[
-                bisect.bisect_left(held_at, j.arrival)]
+        # a waiting job is admitted around the running best-effort jobs' GPUs (module docstring):
+        # all of them, or under "later" those that arrived before it
+        spared = j.arrival if cfg.admission_preempts == "later" else math.inf
+        held = held_sum[bisect.bisect_left(held_at, spared)] if j.current is None else 0
         if need <= free - held:
             choice[j.job_id], floor[j.job_id] = gi, gi
             free -= need

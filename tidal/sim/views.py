@@ -126,7 +126,8 @@ class PerfectPlanner(SimPlanner):
     """A diagnostic, not a planner: predictions *are* the truth table's times (packed placements,
     no profiling noise, no fit). A policy run with it shows what it does with a perfect model, so
     a benchmark can tell what a policy loses to the model's error from what it loses to its own
-    decisions (`benchmarks/sim_sweep.py`'s row "truth as the model")."""
+    decisions (`benchmarks/sim_sweep.py`'s rows "truth as Tidal's model" and "truth as both
+    models"). Its seed and profiling settings go unused."""
 
     def model(self, app: str) -> AppModel:
         raise TypeError("PerfectPlanner fits no model: it predicts the truth table itself")
