@@ -23,11 +23,13 @@ def test_records_survive_reopening(tmp_path: Path) -> None:
             Option(gpus=2, plan=Plan(dp=2, zero_stage=2, micro_batch=2), samples_per_s=18.5))
     s.transition("a", JobState.QUEUED, "planned", options=opts, guarantee=9.5)
     s.transition("a", JobState.RUNNING, plan={"dp": 2}, allocation=[["n1", 2]], run_id="a-1")
+    s.update("a", sps_ratios=[[1, 0.5], [2, 0.25]])
     again = Store(path)  # a restarted scheduler opens the same file
     a = again.get("a")
     assert a.state is JobState.RUNNING and a.plan == {"dp": 2} and a.allocation == [["n1", 2]]
     assert a.spec == b"\x00spec" and a.run_id == "a-1"
     assert a.options == opts and a.guarantee == 9.5  # stored as JSON, read back equal
+    assert a.sps_ratios == [[1, 0.5], [2, 0.25]] and again.get("b").sps_ratios == []
     assert again.get("b").state is JobState.PROFILING and again.get("b").options == ()
     assert [r.job_id for r in again.all()] == ["a", "b"]
     with pytest.raises(KeyError):
@@ -82,5 +84,35 @@ def test_a_state_file_of_another_schema_is_refused_with_one_line(tmp_path: Path)
     db.execute("CREATE TABLE jobs (job_id TEXT PRIMARY KEY, options BLOB)")
     db.commit()
     db.close()
-    with pytest.raises(RuntimeError, match="schema 0, this Tidal reads 2: move it away"):
+    with pytest.raises(RuntimeError, match="schema 0, this Tidal reads 3: move it away"):
         Store(path)
+
+
+def test_a_schema_2_state_file_is_migrated_keeping_its_jobs_and_ratios(tmp_path: Path) -> None:
+    """Schema 2 kept one correction ratio a job; schema 3 one a GPU count. Opening a schema-2
+    file migrates it in place: every job is kept, a job's ratio becomes that of the count it
+    holds (or of its smallest option), and the file then reads as schema 3."""
+    path = tmp_path / "v2.sqlite"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE jobs (job_id TEXT PRIMARY KEY, name TEXT, spec BLOB, state TEXT,"
+               " submitted REAL, options TEXT, guarantee REAL, plan TEXT, allocation TEXT, run_id TEXT,"
+               " checkpoint TEXT, step INTEGER, restarts INTEGER, predicted_sps REAL, measured_sps REAL,"
+               " error TEXT, finished REAL, cancel_requested INTEGER, sps_ratio REAL)")
+    db.execute("CREATE TABLE events (t REAL, job_id TEXT, from_state TEXT, to_state TEXT, note TEXT)")
+    opts = '[{"gpus": 2, "plan": {"dp": 2, "micro_batch": 4}, "samples_per_s": 10.0}]'
+    rows = [("run", "RUNNING", opts, '[["n1", 4]]', 0.5), ("wait", "QUEUED", opts, None, 2.0),
+            ("new", "QUEUED", opts, None, 1.0)]
+    for jid, state, o, alloc, ratio in rows:
+        db.execute("INSERT INTO jobs (job_id, name, spec, state, submitted, options, allocation, step,"
+                   " restarts, predicted_sps, measured_sps, cancel_requested, sps_ratio)"
+                   " VALUES (?, ?, ?, ?, 1.0, ?, ?, 7, 0, 0, 0, 0, ?)",
+                   (jid, jid, b"s", state, o, alloc, ratio))
+    db.execute("PRAGMA user_version = 2")
+    db.commit()
+    db.close()
+    s = Store(path)
+    assert s.get("run").sps_ratios == [[4, 0.5]] and s.get("run").step == 7
+    assert s.get("wait").sps_ratios == [[2, 2.0]] and s.get("new").sps_ratios == []
+    s.update("new", sps_ratios=[[2, 0.9]])
+    assert Store(path).get("new").sps_ratios == [[2, 0.9]]  # reopened: now schema 3, no migration
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 3

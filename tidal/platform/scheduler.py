@@ -563,9 +563,10 @@ class Scheduler:
             self.observed[jid] = now
             if self.cfg.correction is not None and last is not None:  # a run's first report: start-up
                 rec = recs[jid]
-                c = observe(Correction(ratio=rec.sps_ratio), predicted=rec.predicted_sps,
-                            measured=upd["measured_sps"], dt=now - last, cfg=self.cfg.correction)
-                upd["sps_ratio"] = c.ratio
+                c = observe(_correction(rec), gpus=sum(int(g) for _, g in rec.allocation or []),
+                            predicted=rec.predicted_sps, measured=upd["measured_sps"], dt=now - last,
+                            cfg=self.cfg.correction)
+                upd["sps_ratios"] = [[n, r] for n, r in c.ratios]
             self.store.update(jid, **upd)
         recs = {r.job_id: r for r in self.store.all()}
         for ended in self.executor.collect({jid: r.allocation for jid, r in recs.items()}):
@@ -654,7 +655,7 @@ class Scheduler:
             view = JobView(job_id=r.job_id, arrival=r.submitted, options=r.options, guarantee=r.guarantee,
                            requested=self._requested(r), current=current, restarts=r.restarts,
                            restart_cost_s=self.cfg.restart_cost_s, remaining_samples=remaining)
-            views.append(corrected(view, Correction(ratio=r.sps_ratio)))
+            views.append(corrected(view, _correction(r)))
         return views
 
     def reconcile(self) -> None:
@@ -762,3 +763,8 @@ class Scheduler:
 
     def _log_action(self, kind: str, job_id: str, gpus: list[tuple[str, int]], plan: str) -> None:
         self.action_log.append((time.time(), kind, job_id, tuple(gpus), plan))
+
+
+def _correction(r: JobRecord) -> Correction:
+    """The job's online correction as the store keeps it (`JobRecord.sps_ratios`)."""
+    return Correction(ratios=tuple((int(n), float(x)) for n, x in r.sps_ratios))

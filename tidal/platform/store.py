@@ -29,7 +29,10 @@ from tidal.core.policy import Option
 from tidal.core.state import ALLOWED, JobState
 
 __all__ = ["Event", "JobRecord", "JobState", "Store", "TransitionError", "state_dir"]
-SCHEMA_VERSION = 2  # PRAGMA user_version; 2: PROFILING/REJECTED, events, options as JSON
+# PRAGMA user_version; 2: PROFILING/REJECTED, events, options as JSON; 3: the online correction's
+# ratio per GPU count (`sps_ratios`; a schema-2 file is migrated in place, its job-wide ratio
+# becoming the ratio of the count the job runs on)
+SCHEMA_VERSION = 3
 
 
 def state_dir() -> Path:
@@ -56,13 +59,15 @@ class JobRecord:
     error: str | None = None
     finished: float | None = None
     cancel_requested: bool = False  # a cancel reached a running job: it ends CANCELLED when it stops
-    sps_ratio: float = 1.0  # measured ÷ predicted samples/s, smoothed (tidal.core.correction)
+    # measured ÷ predicted samples/s per GPU count, smoothed: [[gpus, ratio], ...] ascending
+    # (`tidal.core.correction.Correction.ratios`)
+    sps_ratios: list[list[float]] = field(default_factory=list)
 
 
 _COLUMNS = [f.name for f in fields(JobRecord)]
 _SELECT = f"SELECT {', '.join(_COLUMNS)} FROM jobs"
 _INSERT = f"INSERT INTO jobs ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})"
-_JSON = {"plan", "allocation"}
+_JSON = {"plan", "allocation", "sps_ratios"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,6 +94,9 @@ class Store:
         self._db.execute("PRAGMA journal_mode=WAL")
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
         tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if "jobs" in tables and version == 2:
+            self._migrate_2_to_3()
+            version = SCHEMA_VERSION
         if "jobs" in tables and version != SCHEMA_VERSION:
             raise RuntimeError(f"{self.path} holds Tidal state of schema {version}, this Tidal reads "
                                f"{SCHEMA_VERSION}: move it away or point $TIDAL_STATE elsewhere")
@@ -96,12 +104,32 @@ class Store:
             "CREATE TABLE IF NOT EXISTS jobs (job_id TEXT PRIMARY KEY, name TEXT, spec BLOB, state TEXT,"
             " submitted REAL, options TEXT, guarantee REAL, plan TEXT, allocation TEXT, run_id TEXT,"
             " checkpoint TEXT, step INTEGER, restarts INTEGER, predicted_sps REAL, measured_sps REAL,"
-            " error TEXT, finished REAL, cancel_requested INTEGER, sps_ratio REAL)"
+            " error TEXT, finished REAL, cancel_requested INTEGER, sps_ratios TEXT)"
         )
         self._db.execute("CREATE TABLE IF NOT EXISTS events (t REAL, job_id TEXT, from_state TEXT,"
                          " to_state TEXT, note TEXT)")
         self._db.execute("CREATE INDEX IF NOT EXISTS events_job ON events (job_id, t)")
         self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def _migrate_2_to_3(self) -> None:
+        """Schema 2 kept one ratio a job (`sps_ratio`): it becomes the ratio of the GPU count the
+        job holds (or of its smallest option), which `Correction.ratio` applies to every count
+        until the job is measured on another (above it, no higher than 1)."""
+        self._db.execute("BEGIN")
+        self._db.execute("ALTER TABLE jobs ADD COLUMN sps_ratios TEXT")
+        columns = {r[1] for r in self._db.execute("PRAGMA table_info(jobs)")}
+        old = "sps_ratio" if "sps_ratio" in columns else "NULL"  # early schema-2 files had none
+        for job_id, ratio, allocation, options in self._db.execute(
+                f"SELECT job_id, {old}, allocation, options FROM jobs").fetchall():
+            if ratio is None or ratio == 1.0:
+                continue
+            held = sum(g for _, g in json.loads(allocation)) if allocation else 0
+            counts = [o["gpus"] for o in json.loads(options or "[]")]
+            gpus = held or (counts[0] if counts else 1)
+            self._db.execute("UPDATE jobs SET sps_ratios = ? WHERE job_id = ?",
+                             (json.dumps([[gpus, ratio]]), job_id))
+        self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        self._db.execute("COMMIT")
 
     def _row(self, rec: JobRecord) -> list[Any]:
         out = []
@@ -119,6 +147,7 @@ class Store:
         d = dict(zip(_COLUMNS, row, strict=True))
         for c in _JSON:
             d[c] = json.loads(d[c]) if d[c] is not None else None
+        d["sps_ratios"] = d["sps_ratios"] or []
         d["state"] = JobState(d["state"])
         d["cancel_requested"] = bool(d["cancel_requested"])
         d["options"] = tuple(Option.from_dict(o) for o in json.loads(d["options"] or "[]"))

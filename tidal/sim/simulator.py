@@ -302,7 +302,7 @@ class Simulator:
                     job.iters += (t1 - start) * job.rate
                 if self.cfg.correction is not None and self.policy.corrected:  # the table's as measured
                     said = tidal_policy.predicted(job.options, job.requested, job.alloc)
-                    job.correction = observe(job.correction, predicted=said,
+                    job.correction = observe(job.correction, gpus=job.alloc.gpus, predicted=said,
                                              measured=job.rate * self.truth.global_batch(job.spec.app),
                                              dt=end - start, cfg=self.cfg.correction)
             if job.true_floor is not None and job.rate < job.true_floor * (1 - 1e-9):
