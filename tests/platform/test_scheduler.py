@@ -62,6 +62,9 @@ def test_two_jobs_reconfiguration_and_scheduler_restart(scheduler: Any) -> None:
 
     final_a, final_b = a.wait(timeout=600, poll_s=2), b.wait(timeout=600, poll_s=2)
     assert final_a["state"] == final_b["state"] == "SUCCEEDED", (final_a, final_b)
+    # the online correction saw A's runs: a ratio per GPU count it ran on, stored with the job
+    ratios = final_a["sps_ratios"]
+    assert ratios and all(1 <= n <= 4 and 0.05 <= r <= 20 for n, r in ratios), ratios
     events = ray.get(actor.recent_events.remote())
     assert any("recovered" in e for e in events), events
 

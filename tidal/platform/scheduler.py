@@ -208,6 +208,7 @@ class Scheduler:
             "gpus": gpus, "nodes": nodes, "allocation": [[n, int(g)] for n, g in r.allocation or []]
             if running else [], "predicted_sps": r.predicted_sps, "measured_sps": sps,
             "step": step, "restarts": r.restarts, "error": r.error, "checkpoint": r.checkpoint,
+            "sps_ratios": r.sps_ratios,  # the online correction: [[gpus, measured ÷ predicted], ...]
         }
 
     def job_events(self, job_id: str) -> list[dict[str, Any]]:
