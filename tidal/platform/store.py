@@ -116,8 +116,9 @@ class Store:
         job holds (or of its smallest option), which `Correction.ratio` applies to every count
         until the job is measured on another (above it, no higher than 1)."""
         self._db.execute("BEGIN")
-        self._db.execute("ALTER TABLE jobs ADD COLUMN sps_ratios TEXT")
         columns = {r[1] for r in self._db.execute("PRAGMA table_info(jobs)")}
+        if "sps_ratios" not in columns:
+            self._db.execute("ALTER TABLE jobs ADD COLUMN sps_ratios TEXT")
         old = "sps_ratio" if "sps_ratio" in columns else "NULL"  # early schema-2 files had none
         for job_id, ratio, allocation, options in self._db.execute(
                 f"SELECT job_id, {old}, allocation, options FROM jobs").fetchall():
