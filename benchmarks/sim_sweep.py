@@ -48,7 +48,7 @@ METRICS = (("avg_jct_s", "JCT"), ("makespan_s", "makespan"), ("guarantee_violati
            ("idle_while_waiting_gpu_s", "idle·wait GPU-s"))
 # one constant at a time, around the default (PolicyConfig)
 SENSITIVITY: dict[str, tuple[float | bool | str, ...]] = {
-    "aging_s": (300.0, 600.0, 2400.0), "horizon_s": (300.0, 1200.0, 2400.0),
+    "aging_s": (150.0, 600.0, 1200.0), "horizon_s": (300.0, 1200.0, 2400.0),
     "guarantee_margin": (0.0, 0.05, 0.2), "grow_into_idle": (False,), "max_restarts": (10, 40),
     "admission_preempts": ("later", "any")}
 PERFECT = "truth as Tidal's model"
