@@ -97,11 +97,9 @@ def corrected(job: JobView, c: Correction) -> JobView:
     if all(r == 1.0 for _, r in c.ratios):
         return job
     options = tuple(replace(o, samples_per_s=o.samples_per_s * c.ratio(o.gpus)) for o in job.options)
-    guarantee, requested = job.guarantee, job.requested
-    if requested is not None:
-        r = c.ratio(requested.gpus)
-        requested = replace(requested, samples_per_s=requested.samples_per_s * r)
-        guarantee = None if guarantee is None else guarantee * r
-    elif guarantee is not None:  # a guarantee with no request to place it: the job-wide mean
-        guarantee *= math.exp(sum(math.log(r) for _, r in c.ratios) / len(c.ratios))
+    # the guarantee is the request's throughput: its count's ratio (no request: the smallest option's)
+    r = c.ratio(job.requested.gpus if job.requested is not None else job.options[0].gpus)
+    guarantee = None if job.guarantee is None else job.guarantee * r
+    requested = None if job.requested is None else replace(
+        job.requested, samples_per_s=job.requested.samples_per_s * r)
     return replace(job, options=options, guarantee=guarantee, requested=requested)
