@@ -48,7 +48,7 @@ def test_status_table_fits_long_ids_and_shows_progress() -> None:
     rows = [
         {"job_id": long_id, "state": "RUNNING", "plan": "dp2-z1-mb4x1", "gpus": 2, "nodes": ["abcdef123"],
          "predicted_sps": 300.0, "measured_sps": 250.0, "step": 50, "total_steps": 200, "eta_s": 754.0,
-         "restarts": 1, "error": None, "reason": ""},
+         "restarts": 1, "error": None, "reason": "", "sps_ratios": [[1, 0.312], [2, 0.281]]},
         {"job_id": "q", "state": "QUEUED", "plan": "", "gpus": 0, "nodes": [], "predicted_sps": 0.0,
          "measured_sps": 0.0, "step": 0, "total_steps": 100, "eta_s": None, "restarts": 0, "error": None,
          "reason": "waiting: needs 4 GPUs, others use them better"},
@@ -57,7 +57,8 @@ def test_status_table_fits_long_ids_and_shows_progress() -> None:
     header, running = lines[0], lines[1]
     assert running.startswith(long_id + " ") and running.index("RUNNING") == header.index("state")
     assert "50/200" in running and "25%" in running and "12m34s" in running
-    assert lines[3].strip() == "waiting: needs 4 GPUs, others use them better"
+    assert lines[2].strip() == "measured/predicted: 0.31 on 1 GPU, 0.28 on 2 GPUs"
+    assert lines[4].strip() == "waiting: needs 4 GPUs, others use them better"
 
 
 def test_events_are_one_line_each_with_why() -> None:

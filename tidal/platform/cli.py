@@ -181,7 +181,8 @@ def _eta(seconds: float | None) -> str:
 
 def format_status(rows: list[dict[str, Any]]) -> str:
     """The `tidal status` table: job, state, plan, GPUs/nodes, progress and ETA, samples/s
-    predicted vs measured, restarts; a queued or profiling job's reason on the line below."""
+    predicted vs measured, restarts; below a job, why it waits, the online correction's
+    measured ÷ predicted ratio per GPU count it has run on, and its error."""
     w = max([12, *(len(str(r["job_id"])) + 2 for r in rows)])
     lines = [f"{'job':<{w}}{'state':<11}{'plan':<20}{'GPUs':>5} {'nodes':<14}{'step/total':>12}{'done':>6}"
              f"{'ETA':>8}{'samples/s pred/meas':>21}{'restarts':>9}"]
@@ -195,6 +196,9 @@ def format_status(rows: list[dict[str, Any]]) -> str:
                      f"{nodes:<14}{progress:>12}{done:>6}{_eta(r.get('eta_s')):>8}{sps:>21}{r['restarts']!s:>9}")
         if r.get("reason"):
             lines.append(f"    {r['reason']}")
+        if r.get("sps_ratios"):
+            lines.append("    measured/predicted: " + ", ".join(
+                f"{float(x):.2f} on {int(n)} GPU{'s' if int(n) != 1 else ''}" for n, x in r["sps_ratios"]))
         if r["error"]:
             lines.append(f"    error: {str(r['error']).strip().splitlines()[-1][:160]}")
     return "\n".join(lines)
