@@ -109,3 +109,11 @@ def test_the_guarantee_takes_the_ratio_of_the_requested_count() -> None:
     assert fixed.guarantee == pytest.approx(100.0 * r4)
     assert fixed.requested is not None and fixed.requested.samples_per_s == pytest.approx(100.0 * r4)
     assert [o.samples_per_s for o in fixed.options] == pytest.approx([60.0, 110.0 * r4, 90.0])
+
+
+@pytest.mark.parametrize("kw", [{"half_life_s": 0.0}, {"half_life_s": float("inf")},
+                                {"bounds": (0.0, 20.0)}, {"bounds": (2.0, 20.0)}, {"bounds": (0.05, 0.5)}])
+def test_bad_correction_config_fails_in_one_line(kw: dict[str, object]) -> None:
+    with pytest.raises(ValueError, match=r"^CorrectionConfig\.(half_life_s|bounds) must") as e:
+        CorrectionConfig(**kw)  # type: ignore[arg-type]
+    assert "\n" not in str(e.value)

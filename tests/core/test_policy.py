@@ -475,3 +475,18 @@ def test_idle_growth_never_takes_gpus_a_waiting_job_could_use() -> None:
     b = _job("B", 1, [4], [400], remaining_samples=1e6)
     d = decide(Snapshot(nodes=nodes, jobs=(_lone(1e7), b)))
     assert d.allocations["B"].gpus == 4 and d.allocations["A"].gpus <= 4
+
+
+@pytest.mark.parametrize(("field", "value", "says"), [
+    ("horizon_s", 0.0, "horizon_s must be a positive"),
+    ("aging_s", float("nan"), "aging_s must be a positive"),
+    ("aging_s", -300.0, "aging_s must be a positive"),
+    ("max_restarts", -1, "max_restarts must be an integer >= 0"),
+    ("max_restarts", 2.5, "max_restarts must be an integer >= 0"),
+    ("guarantee_margin", -0.1, "guarantee_margin must be >= 0"),
+    ("admission_preempts", "all", "admission_preempts must be 'none', 'later' or 'any'"),
+])
+def test_bad_policy_config_fails_in_one_line_naming_the_setting(field: str, value: object, says: str) -> None:
+    with pytest.raises(ValueError, match=says) as e:
+        PolicyConfig(**{field: value})  # type: ignore[arg-type]
+    assert "\n" not in str(e.value) and f"PolicyConfig.{field}" in str(e.value)

@@ -74,6 +74,15 @@ class CorrectionConfig:
     half_life_s: float = 120.0
     bounds: tuple[float, float] = (0.05, 20.0)  # a ratio outside is a broken measurement, clipped
 
+    def __post_init__(self) -> None:
+        if not (self.half_life_s > 0 and math.isfinite(self.half_life_s)):
+            raise ValueError("CorrectionConfig.half_life_s must be a positive number of seconds, "
+                             f"got {self.half_life_s!r}")
+        lo, hi = self.bounds
+        if not 0 < lo <= 1 <= hi < math.inf:
+            raise ValueError(f"CorrectionConfig.bounds must be (lo, hi) with 0 < lo <= 1 <= hi, "
+                             f"got {self.bounds!r}")
+
 
 def observe(c: Correction, *, gpus: int, predicted: float, measured: float, dt: float,
             cfg: CorrectionConfig | None = None) -> Correction:

@@ -213,6 +213,19 @@ class PolicyConfig:
     # module did first). benchmarks/sim_sweep.py prints all three
     admission_preempts: Literal["none", "later", "any"] = "none"
 
+    def __post_init__(self) -> None:
+        """Bad settings fail here, in one line, before any decision is made with them."""
+        for name in ("horizon_s", "aging_s"):
+            if not (v := getattr(self, name)) > 0 or not math.isfinite(v):
+                raise ValueError(f"PolicyConfig.{name} must be a positive number of seconds, got {v!r}")
+        if not (isinstance(self.max_restarts, int) and self.max_restarts >= 0):
+            raise ValueError(f"PolicyConfig.max_restarts must be an integer >= 0, got {self.max_restarts!r}")
+        if not (0.0 <= self.guarantee_margin < math.inf):
+            raise ValueError(f"PolicyConfig.guarantee_margin must be >= 0, got {self.guarantee_margin!r}")
+        if self.admission_preempts not in ("none", "later", "any"):
+            raise ValueError("PolicyConfig.admission_preempts must be 'none', 'later' or 'any', "
+                             f"got {self.admission_preempts!r}")
+
 
 @dataclass(frozen=True, kw_only=True)
 class Snapshot:
