@@ -154,6 +154,21 @@ def test_the_greedy_knapsack_is_within_one_item_of_the_dp(seed: int) -> None:
     assert gr_u >= 0.97 * dp_u, f"greedy {gr_u:.4g} vs DP {dp_u:.4g}"
 
 
+def test_many_items_on_few_gpus_take_the_greedy_within_one_item() -> None:
+    """Past `DP_ITEMS` items the greedy answers even where the DP's cells would be few (the
+    DP's cost there is per item); the gap to the DP stays within one item's value."""
+    from tidal.core.policy import DP_ITEMS, _knapsack
+
+    items = _items(11, DP_ITEMS + 200)
+    assert _knapsack(items, 16) == _knapsack_greedy(items, 16)
+    _, dp_u = _value(items, _knapsack_dp(items, 16))
+    gr_w, gr_u = _value(items, _knapsack(items, 16))
+    top = max(max(c[1] for c in choices) for _, choices in items)
+    assert gr_w <= 16 and dp_u - top - 1e-9 <= gr_u <= dp_u * (1 + 1e-9)
+    small = items[:DP_ITEMS]
+    assert _knapsack(small, 16) == _knapsack_dp(small, 16)
+
+
 def test_the_greedy_knapsack_prices_lent_gpus_like_the_dp() -> None:
     """With lent GPUs the greedy takes them only when their gain beats their price: free lent
     GPUs (price 0) are all used when useful, dear ones (a huge price) never."""

@@ -60,8 +60,8 @@ every restart into the decision itself: a change must save more than the restart
    greedy fell to 86% of the exhaustive optimum when one job scales almost linearly and the
    best move is a jump of several GPUs; the DP equals the exhaustive optimum
    (tests/core/test_policy.py). Past `DP_CELLS` (jobs × GPUs; 5,000 jobs on 8,192 GPUs is 41 M)
-   the knapsack is solved by the LP greedy on each job's convex hull instead, within one item
-   of the optimum, in O(n log n).
+   or `DP_ITEMS` jobs the knapsack is solved by the LP greedy on each job's convex hull instead,
+   within one item of the optimum, in O(n log n).
 3. Running jobs with no work left (the live scheduler sees a job's last step before its run
    ends) keep their allocation. Running jobs restarted `max_restarts` times keep at least
    their option (a floor, served in phase 1 like a guarantee) and may only grow: freezing
@@ -113,6 +113,7 @@ recalled (`recall_loss`): the capacity lent by inference can be taken back knowi
 from __future__ import annotations
 
 import bisect
+import gc
 import itertools
 import math
 import operator
@@ -402,17 +403,21 @@ def _choose_counts(jobs: list[JobView], capacity: int, fixed: Mapping[str, int |
 
 
 # Above this many DP cells (items × (capacity + 1)) the knapsack is solved by the greedy on
-# convex hulls instead (5,000 jobs on 8,192 GPUs: 41 M cells, ~110 ms of numpy alone).
+# convex hulls instead (5,000 jobs on 8,192 GPUs: 41 M cells, ~110 ms of numpy alone); also
+# above this many items, whatever the capacity: the DP's numpy calls cost ~6 µs an item even
+# on few GPUs (3,033 items on 16 GPUs: 18 ms, in policy_latency.py --fragmented's round), and
+# the greedy's gap, at most one item's value, is then a small share of the total.
 DP_CELLS = 4_000_000
+DP_ITEMS = 1_000
 
 Items = list[tuple[JobView, list[tuple[int, float, int]]]]
 
 
 def _knapsack(items: Items, capacity: int, owned: int | None = None,
               lent_price_factor: float = 0.0) -> dict[str, int]:
-    """The multiple-choice knapsack: exact (`_knapsack_dp`) up to `DP_CELLS`, else greedy
+    """The multiple-choice knapsack: exact (`_knapsack_dp`) up to `DP_CELLS` and `DP_ITEMS`, else greedy
     (`_knapsack_greedy`, within one item's value of the optimum)."""
-    if len(items) * (capacity + 1) <= DP_CELLS:
+    if len(items) * (capacity + 1) <= DP_CELLS and len(items) <= DP_ITEMS:
         return _knapsack_dp(items, capacity, owned, lent_price_factor)
     return _knapsack_greedy(items, capacity, owned, lent_price_factor)
 
@@ -430,16 +435,49 @@ def _knapsack_greedy(items: Items, capacity: int, owned: int | None = None,
     choices in all. Lent GPUs (above `owned`) are taken only by increments whose gain exceeds
     the price of the lent GPUs they add, price per GPU = `lent_price_factor` · (the value
     reached within `owned`) / owned, as in `_knapsack_dp`."""
-    # the increments, as parallel lists: efficiency Δu/Δw, item, choice reached, Δw, Δu
-    eff: list[float] = []
-    item: list[int] = []
-    pick: list[int] = []
-    dws: list[int] = []
-    dus: list[float] = []
+    import numpy as np
+
+    # Every choice that fits, flattened in (item, choice) order: item, its index, GPUs, value.
+    fk: list[int] = []
+    fc: list[int] = []
+    fw: list[int] = []
+    fu: list[float] = []
     for k, (_, choices) in enumerate(items):
+        for ci, (w, u, _) in enumerate(choices):
+            if w <= capacity:
+                fk.append(k)
+                fc.append(ci)
+                fw.append(w)
+                fu.append(u)
+    k_ = np.array(fk, dtype=np.int64)
+    c_ = np.array(fc, dtype=np.int64)
+    w_ = np.array(fw, dtype=np.int64)
+    u_ = np.array(fu, dtype=np.float64)
+    first = np.ones(len(k_), dtype=bool)
+    first[1:] = k_[1:] != k_[:-1]
+    # each point's predecessor on its item's chain, (0, 0) before an item's first choice
+    pw = np.where(first, 0, np.roll(w_, 1))
+    pu = np.where(first, 0.0, np.roll(u_, 1))
+    # An item's choices are their own upper concave hull (the usual case: throughput rising and
+    # concave in GPUs) if each adds GPUs and value and no point lies on or under the chord from
+    # the point before it to the point after it: the test the hull walk below makes, on the same
+    # floats. Those items' increments are computed at once; the others walk the hull.
+    bad = (w_ <= pw) | (u_ <= pu)
+    ppw, ppu = pw[:-1], pu[:-1]  # the point before each point with a next one
+    under = (u_[:-1] - ppu) * (w_[1:] - ppw) <= (u_[1:] - ppu) * (w_[:-1] - ppw)
+    bad[:-1] |= ~first[1:] & under
+    simple = np.ones(len(items), dtype=bool)
+    simple[k_[bad]] = False
+    keep = simple[k_]
+    # the increments: efficiency Δu/Δw, item, choice reached, Δw, Δu, step within the item
+    inc_k = [k_[keep]]
+    inc_c = [c_[keep]]
+    inc_dw = [(w_ - pw)[keep]]
+    inc_du = [(u_ - pu)[keep]]
+    for k in np.flatnonzero(~simple).tolist():
         hw, hu, hc = [0], [0.0], [-1]  # the hull so far: GPUs, value, choice
         # choices come in ascending GPU counts (options are; upgrades keep their order)
-        for ci, (w, u, _) in enumerate(choices):
+        for ci, (w, u, _) in enumerate(items[k][1]):
             if u <= hu[-1] or w <= hw[-1] or w > capacity:
                 continue  # more GPUs for no more value (or none to take)
             # pop the last hull point while it lies under the chord from the one before it
@@ -450,22 +488,29 @@ def _knapsack_greedy(items: Items, capacity: int, owned: int | None = None,
             hw.append(w)
             hu.append(u)
             hc.append(ci)
-        for s in range(1, len(hw)):
-            dw, du = hw[s] - hw[s - 1], hu[s] - hu[s - 1]
-            eff.append(du / dw)
-            item.append(k)
-            pick.append(hc[s])
-            dws.append(dw)
-            dus.append(du)
-    # by falling efficiency; the sort is stable, so ties keep (item, step) order
-    order = sorted(range(len(eff)), key=eff.__getitem__, reverse=True)
+        n = len(hw) - 1
+        inc_k.append(np.full(n, k, dtype=np.int64))
+        inc_c.append(np.array(hc[1:], dtype=np.int64))
+        inc_dw.append(np.array([hw[s] - hw[s - 1] for s in range(1, n + 1)], dtype=np.int64))
+        inc_du.append(np.array([hu[s] - hu[s - 1] for s in range(1, n + 1)], dtype=np.float64))
+    ik, ic = np.concatenate(inc_k), np.concatenate(inc_c)
+    dw_, du_ = np.concatenate(inc_dw), np.concatenate(inc_du)
+    # by falling efficiency, ties in (item, step) order (steps of an item are in choice order)
+    order = np.lexsort((ic, ik, -(du_ / dw_)))
+    item, pick = ik[order].tolist(), ic[order].tolist()
+    dws, dus = dw_[order].tolist(), du_[order].tolist()
+    csum_w = np.cumsum(dw_[order])
+    csum_u = np.cumsum(du_[order])  # sequential sums, as the loop below adds
     own = capacity if owned is None else min(owned, capacity)
 
     def fill(limit: int, price: float) -> tuple[dict[int, int], float]:
-        level: dict[int, int] = {}
+        # the leading increments that fit within min(limit, owned GPUs) are all taken (none is
+        # refused before them, so no item is closed); the loop goes on from the first that doesn't
+        j = int(np.searchsorted(csum_w, min(limit, own), side="right"))
+        level: dict[int, int] = dict(zip(item[:j], pick[:j], strict=True))
         closed: set[int] = set()
-        used, value = 0, 0.0
-        for x in order:
+        used, value = (int(csum_w[j - 1]), float(csum_u[j - 1])) if j else (0, 0.0)
+        for x in range(j, len(item)):
             if used >= limit:
                 break  # full: nothing more fits
             k = item[x]
@@ -655,6 +700,17 @@ class _Pool:
 
 
 def decide(snapshot: Snapshot) -> Decision:
+    paused = gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        return _decide(snapshot)
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _decide(snapshot: Snapshot) -> Decision:
     cfg = snapshot.config
     jobs = sorted(snapshot.jobs, key=lambda j: (j.arrival, j.job_id))
     for j in jobs:
@@ -688,6 +744,10 @@ def decide(snapshot: Snapshot) -> Decision:
     floors = {j.job_id: j.options[gi].gpus for j in jobs
               if j.guarantee is not None and (gi := guarantee_index(j, cfg.guarantee_margin)) is not None}
     prefix = _owned_prefix(snapshot.nodes)
+    # waiting guaranteed floors by GPU count, with the fewest nodes each needs (non-decreasing in
+    # the count: those of at least g GPUs on as many nodes as g are one run from g on)
+    waiting_floors = sorted((og, _fewest_nodes(prefix, og), oid) for oid, og in floors.items()
+                            if oid not in running_ids)
     # owned GPUs each running job holds (without lent GPUs: all it holds)
     owned_ids = {n.node_id for n in snapshot.nodes if not n.recallable}
     owned_held = {j.job_id: (sum(g for nid, g in j.current.gpus_by_node if nid in owned_ids) if lent
@@ -712,8 +772,11 @@ def decide(snapshot: Snapshot) -> Decision:
         for jid in stuck:
             if d.reasons.get(jid, "").startswith(SPREAD_REASON) and (g := floors.get(jid)) is not None:
                 k = _fewest_nodes(prefix, g)
-                unplaceable.update({oid: d.reasons[jid] for oid, og in floors.items()
-                                    if oid not in running_ids and og >= g and _fewest_nodes(prefix, og) == k})
+                at = bisect.bisect_left(waiting_floors, (g,))
+                for _, ok, oid in itertools.islice(waiting_floors, at, None):
+                    if ok != k:
+                        break
+                    unplaceable[oid] = d.reasons[jid]
     if cfg.grow_into_idle:
         d = grow_into_idle(snapshot, d, reasons, running, pinned, capacity)
     return d
