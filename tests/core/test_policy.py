@@ -505,3 +505,17 @@ def test_bad_policy_config_fails_in_one_line_naming_the_setting(field: str, valu
     with pytest.raises(ValueError, match=says) as e:
         PolicyConfig(**{field: value})  # type: ignore[arg-type]
     assert "\n" not in str(e.value) and f"PolicyConfig.{field}" in str(e.value)
+
+
+def test_decide_leaves_the_garbage_collector_as_it_found_it() -> None:
+    import gc
+
+    snap = _instance(5, max_jobs=4, guaranteed=True, running=True, cpus=False)
+    was = gc.isenabled()
+    try:
+        for state in (True, False):
+            (gc.enable if state else gc.disable)()
+            decide(snap)
+            assert gc.isenabled() is state
+    finally:
+        (gc.enable if was else gc.disable)()
