@@ -154,6 +154,70 @@ def test_the_greedy_knapsack_is_within_one_item_of_the_dp(seed: int) -> None:
     assert gr_u >= 0.97 * dp_u, f"greedy {gr_u:.4g} vs DP {dp_u:.4g}"
 
 
+def _greedy_by_hull_walk(items: Items, capacity: int, owned: int | None,
+                         price_factor: float) -> dict[str, int]:
+    """The greedy as first written, one hull walk per item in plain Python: the reference for
+    `_knapsack_greedy`, which computes the increments of items already concave with numpy."""
+    inc = []  # (efficiency, item, step, choice, dw, du)
+    for k, (_, choices) in enumerate(items):
+        hw, hu, hc = [0], [0.0], [-1]
+        for ci, (w, u, _) in enumerate(choices):
+            if u <= hu[-1] or w <= hw[-1] or w > capacity:
+                continue
+            while len(hw) >= 2 and (hu[-1] - hu[-2]) * (w - hw[-2]) <= (u - hu[-2]) * (hw[-1] - hw[-2]):
+                hw.pop(), hu.pop(), hc.pop()
+            hw.append(w), hu.append(u), hc.append(ci)
+        inc += [((hu[s] - hu[s - 1]) / (hw[s] - hw[s - 1]), k, s, hc[s], hw[s] - hw[s - 1], hu[s] - hu[s - 1])
+                for s in range(1, len(hw))]
+    inc.sort(key=lambda x: x[0], reverse=True)  # stable: ties in (item, step) order
+    own = capacity if owned is None else min(owned, capacity)
+
+    def fill(limit: int, price: float) -> tuple[dict[int, int], float]:
+        level: dict[int, int] = {}
+        closed: set[int] = set()
+        used, value = 0, 0.0
+        for _, k, _, ci, dw, du in inc:
+            if used >= limit:
+                break
+            if k in closed:
+                continue
+            lent = max(0, used + dw - own) - max(0, used - own)
+            if used + dw > limit or (lent and du <= price * lent):
+                closed.add(k)
+                continue
+            level[k], used, value = ci, used + dw, value + du
+        return level, value
+
+    level, value = fill(own, 0.0)
+    if own < capacity:
+        per_gpu = value / own if own > 0 else fill(capacity, 0.0)[1] / capacity
+        level, _ = fill(capacity, price_factor * per_gpu)
+    return {items[k][0].job_id: items[k][1][ci][2] for k, ci in level.items()}
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_greedy_knapsack_equals_its_plain_hull_walk(seed: int) -> None:
+    """Items with ties, flat, convex, concave, non-monotone and negative values, choices of 0
+    GPUs and above the capacity, owned and lent GPUs: the numpy greedy picks exactly what the
+    plain hull walk does."""
+    rng = random.Random(seed)
+    items: Items = []
+    for k in range(rng.randint(0, 80)):
+        ws = sorted(rng.sample(range(0 if rng.random() < 0.2 else 1, 48), rng.randint(1, 6)))
+        shape = rng.random()
+        us = [round(rng.uniform(0, 5), 1) if shape < 0.3 else w ** rng.choice([0.5, 1.0, 1.3]) if shape < 0.6
+              else rng.uniform(0, 1) * w for w in ws]
+        if rng.random() < 0.3:
+            us = [u - 1.0 for u in us]  # upgrades above a floor may lose value
+        job = JobView(job_id=f"j{k}", arrival=0.0,
+                      options=(Option(gpus=1, plan=Plan(dp=1, micro_batch=1), samples_per_s=1.0),))
+        items.append((job, [(w, u, 10 + c) for c, (w, u) in enumerate(zip(ws, us, strict=True))]))
+    cap = rng.randint(0, 240)
+    owned = rng.choice([None, cap, rng.randint(0, cap)])
+    price = rng.choice([0.0, 0.5, 5.0])
+    assert _knapsack_greedy(items, cap, owned, price) == _greedy_by_hull_walk(items, cap, owned, price)
+
+
 def test_many_items_on_few_gpus_take_the_greedy_within_one_item() -> None:
     """Past `DP_ITEMS` items the greedy answers even where the DP's cells would be few (the
     DP's cost there is per item); the gap to the DP stays within one item's value."""
