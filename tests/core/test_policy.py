@@ -18,6 +18,7 @@ from tidal.core.policy import (
     Snapshot,
     _knapsack_dp,
     _knapsack_greedy,
+    _upper_hull,
     decide,
     predicted,
     utilities,
@@ -156,17 +157,12 @@ def test_the_greedy_knapsack_is_within_one_item_of_the_dp(seed: int) -> None:
 
 def _greedy_by_hull_walk(items: Items, capacity: int, owned: int | None,
                          price_factor: float) -> dict[str, int]:
-    """The greedy as first written, one hull walk per item in plain Python: the reference for
-    `_knapsack_greedy`, which computes the increments of items already concave with numpy."""
+    """The greedy as first written, `_upper_hull` walked for every item and the increments taken
+    one by one: the reference for `_knapsack_greedy`, which computes the increments of items
+    already concave with numpy and takes the leading ones at once."""
     inc = []  # (efficiency, item, step, choice, dw, du)
     for k, (_, choices) in enumerate(items):
-        hw, hu, hc = [0], [0.0], [-1]
-        for ci, (w, u, _) in enumerate(choices):
-            if u <= hu[-1] or w <= hw[-1] or w > capacity:
-                continue
-            while len(hw) >= 2 and (hu[-1] - hu[-2]) * (w - hw[-2]) <= (u - hu[-2]) * (hw[-1] - hw[-2]):
-                hw.pop(), hu.pop(), hc.pop()
-            hw.append(w), hu.append(u), hc.append(ci)
+        hw, hu, hc = _upper_hull(choices, capacity)
         inc += [((hu[s] - hu[s - 1]) / (hw[s] - hw[s - 1]), k, s, hc[s], hw[s] - hw[s - 1], hu[s] - hu[s - 1])
                 for s in range(1, len(hw))]
     inc.sort(key=lambda x: x[0], reverse=True)  # stable: ties in (item, step) order

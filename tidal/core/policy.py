@@ -422,6 +422,27 @@ def _knapsack(items: Items, capacity: int, owned: int | None = None,
     return _knapsack_greedy(items, capacity, owned, lent_price_factor)
 
 
+def _upper_hull(choices: list[tuple[int, float, int]],
+                capacity: int) -> tuple[list[int], list[float], list[int]]:
+    """The upper concave hull in (GPUs, value) of (0, 0) and an item's choices that fit within
+    `capacity`, walked in plain Python: its points' GPUs, values and choice positions (-1 for the
+    origin). A point on or under the chord of its neighbours is dropped."""
+    hw, hu, hc = [0], [0.0], [-1]  # the hull so far: GPUs, value, choice
+    # choices come in ascending GPU counts (options are; upgrades keep their order)
+    for ci, (w, u, _) in enumerate(choices):
+        if u <= hu[-1] or w <= hw[-1] or w > capacity:
+            continue  # more GPUs for no more value (or none to take)
+        # pop the last hull point while it lies under the chord from the one before it
+        while len(hw) >= 2 and (hu[-1] - hu[-2]) * (w - hw[-2]) <= (u - hu[-2]) * (hw[-1] - hw[-2]):
+            hw.pop()
+            hu.pop()
+            hc.pop()
+        hw.append(w)
+        hu.append(u)
+        hc.append(ci)
+    return hw, hu, hc
+
+
 def _knapsack_greedy(items: Items, capacity: int, owned: int | None = None,
                      lent_price_factor: float = 0.0) -> dict[str, int]:
     """The multiple-choice knapsack's LP greedy (Sinha & Zoltners, 1979), made integral.
@@ -475,19 +496,7 @@ def _knapsack_greedy(items: Items, capacity: int, owned: int | None = None,
     inc_dw = [(w_ - pw)[keep]]
     inc_du = [(u_ - pu)[keep]]
     for k in np.flatnonzero(~simple).tolist():
-        hw, hu, hc = [0], [0.0], [-1]  # the hull so far: GPUs, value, choice
-        # choices come in ascending GPU counts (options are; upgrades keep their order)
-        for ci, (w, u, _) in enumerate(items[k][1]):
-            if u <= hu[-1] or w <= hw[-1] or w > capacity:
-                continue  # more GPUs for no more value (or none to take)
-            # pop the last hull point while it lies under the chord from the one before it
-            while len(hw) >= 2 and (hu[-1] - hu[-2]) * (w - hw[-2]) <= (u - hu[-2]) * (hw[-1] - hw[-2]):
-                hw.pop()
-                hu.pop()
-                hc.pop()
-            hw.append(w)
-            hu.append(u)
-            hc.append(ci)
+        hw, hu, hc = _upper_hull(items[k][1], capacity)
         n = len(hw) - 1
         inc_k.append(np.full(n, k, dtype=np.int64))
         inc_c.append(np.array(hc[1:], dtype=np.int64))
@@ -750,9 +759,9 @@ def _decide(snapshot: Snapshot) -> Decision:
               if j.guarantee is not None and (gi := guarantee_index(j, cfg.guarantee_margin)) is not None}
     prefix = _owned_prefix(snapshot.nodes)
     # waiting guaranteed floors by GPU count, with the fewest nodes each needs (non-decreasing in
-    # the count: those of at least g GPUs on as many nodes as g are one run from g on)
-    waiting_floors = sorted((og, _fewest_nodes(prefix, og), oid) for oid, og in floors.items()
-                            if oid not in running_ids)
+    # the count: those of at least g GPUs on as many nodes as g are one run from g on); built the
+    # first time a floor is found stuck
+    waiting_floors: list[tuple[int, int, str]] | None = None
     # owned GPUs each running job holds (without lent GPUs: all it holds)
     owned_ids = {n.node_id for n in snapshot.nodes if not n.recallable}
     owned_held = {j.job_id: (sum(g for nid, g in j.current.gpus_by_node if nid in owned_ids) if lent
@@ -776,6 +785,9 @@ def _decide(snapshot: Snapshot) -> Decision:
         # allows: hundreds of rounds where the free GPUs are fragmented).
         for jid in stuck:
             if d.reasons.get(jid, "").startswith(SPREAD_REASON) and (g := floors.get(jid)) is not None:
+                if waiting_floors is None:
+                    waiting_floors = sorted((og, _fewest_nodes(prefix, og), oid) for oid, og in floors.items()
+                                            if oid not in running_ids)
                 k = _fewest_nodes(prefix, g)
                 at = bisect.bisect_left(waiting_floors, (g,))
                 for _, ok, oid in itertools.islice(waiting_floors, at, None):
