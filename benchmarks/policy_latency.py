@@ -22,6 +22,7 @@ import argparse
 import random
 import statistics
 import time
+from dataclasses import replace
 
 from tidal.core.policy import Allocation, JobView, Node, Option, Snapshot, decide
 from tidal.jobs import Plan
@@ -67,6 +68,14 @@ def fragmented(jobs: int, gpus: int) -> Snapshot:
     return Snapshot(now=3e5, nodes=nodes, jobs=tuple(views))
 
 
+def cold(snap: Snapshot) -> Snapshot:
+    """A copy of `snap` with new job and allocation objects, nothing cached on them: what the
+    scheduler hands `decide` each round (the rounds would otherwise reuse the first one's cached
+    properties)."""
+    return replace(snap, jobs=tuple(replace(j, current=None if j.current is None else replace(j.current))
+                                    for j in snap.jobs))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--jobs", type=int, default=500)
@@ -84,8 +93,9 @@ def main() -> None:
     snap = fragmented(args.jobs, args.gpus) if args.fragmented else snapshot(args.jobs, args.gpus)
     times = []
     for _ in range(args.rounds):
+        fresh = cold(snap)
         t0 = time.perf_counter()
-        d = decide(snap)
+        d = decide(fresh)
         times.append(1e3 * (time.perf_counter() - t0))
     used = sum(a.gpus for a in d.allocations.values())
     print(f"{args.jobs} jobs, {args.gpus} GPUs: {len(d.allocations)} run on {used} GPUs, "

@@ -3,11 +3,14 @@ oracle on small ones, and the damping / restart-limit / recall rules."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import math
 import random
 
 import pytest
 
+from tidal.core import policy
 from tidal.core.policy import (
     Allocation,
     Decision,
@@ -16,10 +19,14 @@ from tidal.core.policy import (
     Option,
     PolicyConfig,
     Snapshot,
+    _knapsack,
     _knapsack_dp,
     _knapsack_greedy,
+    _phase2,
     _upper_hull,
+    cached,
     decide,
+    flat_utilities,
     predicted,
     utilities,
     utility,
@@ -227,6 +234,89 @@ def test_many_items_on_few_gpus_take_the_greedy_within_one_item() -> None:
     assert gr_w <= 16 and dp_u - top - 1e-9 <= gr_u <= dp_u * (1 + 1e-9)
     small = items[:DP_ITEMS]
     assert _knapsack(small, 16) == _knapsack_dp(small, 16)
+
+
+def _jobs_for_phase2(seed: int, n: int) -> list[JobView]:
+    """Jobs as phase 2 meets them: some running (under their option's plan or another one),
+    some with no work left or no known end, restart costs of 0 and more."""
+    rng = random.Random(seed)
+    jobs = []
+    for k in range(n):
+        opts = _options(rng, rng.choice([8, 16, 32, 64]), 64)
+        cur = None
+        if rng.random() < 0.5:
+            o = rng.choice(opts)
+            plan = o.plan if rng.random() < 0.7 else Plan(dp=o.gpus, micro_batch=1, zero_stage=3)
+            cur = Allocation(gpus_by_node=(("n0", o.gpus),), plan=plan)
+        jobs.append(JobView(job_id=f"j{k}", arrival=rng.uniform(0, 1e4), options=opts, current=cur,
+                            remaining_samples=rng.choice([0.0, math.inf, rng.uniform(1e2, 1e7)]),
+                            restart_cost_s=rng.choice([0.0, rng.uniform(5, 300)])))
+    return jobs
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_flat_utilities_are_the_utilities_of_each_job(seed: int) -> None:
+    jobs = _jobs_for_phase2(seed, 60)
+    cfg = PolicyConfig(horizon_s=random.Random(seed).choice([60.0, 600.0]))
+    gpus, u, starts = flat_utilities(jobs, 2e4, cfg)
+    for k, j in enumerate(jobs):
+        at = int(starts[k])
+        assert gpus[at:at + len(j.options)].tolist() == [o.gpus for o in j.options]
+        assert u[at:at + len(j.options)].tolist() == utilities(j, 2e4, cfg)  # the same floats
+
+
+@pytest.mark.parametrize("seed", range(10))
+@pytest.mark.parametrize("greedy", [False, True])
+def test_phase2_takes_what_the_knapsack_takes_over_each_jobs_choices(
+        seed: int, greedy: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`_phase2` builds its items as arrays; the knapsack over the same items built job by job
+    (best-effort: every option; with a floor: the upgrades above it) picks the same."""
+    if greedy:
+        monkeypatch.setattr(policy, "DP_ITEMS", 0)
+    rng = random.Random(seed)
+    jobs = _jobs_for_phase2(seed, 40)
+    floor = {j.job_id: rng.randrange(len(j.options)) for j in jobs if rng.random() < 0.3}
+    cfg = PolicyConfig()
+    items: Items = []
+    for j in jobs:
+        u = utilities(j, 2e4, cfg)
+        f = floor.get(j.job_id)
+        if f is None:
+            items.append((j, [(o.gpus, u[i], i) for i, o in enumerate(j.options)]))
+        else:
+            base = j.options[f].gpus
+            items.append((j, [(o.gpus - base, u[i] - u[f], i) for i, o in enumerate(j.options) if i > f]))
+    cap, owned = rng.choice([(64, 64), (200, 150), (17, 9)])
+    expected = _knapsack(items, cap, owned=owned, lent_price_factor=0.3)
+    assert _phase2(jobs, floor, cap, owned, 0.3, 2e4, cfg) == expected
+    assert expected  # something fits
+
+
+def test_the_greedy_knapsack_takes_nothing_where_nothing_fits() -> None:
+    job = JobView(job_id="a", arrival=0.0, options=(Option(gpus=4, plan=Plan(dp=4), samples_per_s=4.0),))
+    assert _knapsack_greedy([], 8) == {}
+    assert _knapsack_greedy([(job, [])], 8) == {}
+    assert _knapsack_greedy([(job, [(4, 1.0, 0)])], 3) == {}
+    assert _knapsack_greedy([(job, [(4, 1.0, 0)])], 4) == {"a": 0}
+
+
+def test_cached_computes_once_per_instance_of_a_frozen_dataclass() -> None:
+    calls: list[int] = []
+
+    @dataclasses.dataclass(frozen=True)
+    class Box:
+        x: int
+
+        @cached
+        def double(self) -> int:
+            calls.append(self.x)
+            return 2 * self.x
+
+    a, b = Box(1), Box(2)
+    assert (a.double, a.double, b.double) == (2, 2, 4)
+    assert calls == [1, 2]
+    assert dataclasses.replace(a, x=3).double == 6  # a new instance computes anew
+    assert isinstance(Box.__dict__["double"], cached)
 
 
 def test_the_greedy_knapsack_prices_lent_gpus_like_the_dp() -> None:

@@ -117,14 +117,40 @@ import gc
 import itertools
 import math
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import cached_property
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar, overload
 
 from tidal.jobs.spec import Plan
 
 Pool = Literal["training", "inference"]
+
+_T = TypeVar("_T")
+
+
+class cached(Generic[_T]):
+    """`functools.cached_property` without its lock: computed on first access, then read from
+    the instance's `__dict__` (which works on frozen dataclasses too). Python 3.11's
+    cached_property takes a lock on each first access: 1.3 µs against 0.4 µs here, and a
+    round makes one for each running job's allocation (its GPUs), every round on new objects
+    (2,500 in benchmarks/policy_latency.py's round). Python 3.12 dropped the lock."""
+
+    def __init__(self, f: Callable[[Any], _T]) -> None:
+        self.f = f
+        self.name = f.__name__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> cached[_T]: ...
+    @overload
+    def __get__(self, obj: object, owner: type | None = None) -> _T: ...
+    def __get__(self, obj: object | None, owner: type | None = None) -> _T | cached[_T]:
+        if obj is None:
+            return self
+        v = obj.__dict__[self.name] = self.f(obj)
+        return v
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -164,7 +190,7 @@ class Allocation:
     gpus_by_node: tuple[tuple[str, int], ...]
     plan: Plan
 
-    @cached_property
+    @cached
     def gpus(self) -> int:
         return sum(g for _, g in self.gpus_by_node)
 
@@ -184,7 +210,7 @@ class JobView:
     remaining_samples: float = float("inf")
     attained_gpu_s: float = 0.0  # GPU-seconds held so far (least-attained-service baselines)
 
-    @cached_property
+    @cached
     def peak_samples_per_s(self) -> float:
         """The fastest option's predicted samples/s (the horizon's rate in `utility`)."""
         return max(o.samples_per_s for o in self.options)
@@ -355,13 +381,13 @@ def _choose_counts(jobs: list[JobView], capacity: int, fixed: Mapping[str, int |
             held_sum.append(held_sum[-1] + min(j.options[0].gpus, own))
     floor: dict[str, int] = {}
     for j in order:  # phase 1: floors
+        if j.guarantee is None and j.job_id not in kept:
+            break  # `order` puts the best-effort jobs that are not kept last: no floor among them
         gi = guarantee_index(j, cfg.guarantee_margin)
         if j.job_id in kept:  # worn out by restarts: keeps what it runs (and its guarantee)
             f = max(kept[j.job_id], gi or 0)
             choice[j.job_id], floor[j.job_id] = f, f
             free -= j.options[f].gpus
-            continue
-        if j.guarantee is None:
             continue
         if gi is None:
             reasons[j.job_id] = "no option reaches its guarantee"
@@ -380,26 +406,80 @@ def _choose_counts(jobs: list[JobView], capacity: int, fixed: Mapping[str, int |
                                      "" if cfg.admission_preempts == "none" else " that arrived before it"))
         else:
             reasons[j.job_id] = f"waiting: its guarantee needs {need} GPUs, {free} free"
-    # phase 2: the multiple-choice knapsack over the free GPUs, exactly
-    items: list[tuple[JobView, list[tuple[int, float, int]]]] = []
-    for j in order:
-        if j.job_id in floor:  # guaranteed and admitted, or kept: upgrades above its floor
-            f = floor[j.job_id]
-            u = utilities(j, now, cfg)
-            base_g = j.options[f].gpus
-            items.append((j, [(o.gpus - base_g, u[i] - u[f], i) for i, o in enumerate(j.options) if i > f]))
-        elif j.guarantee is None:  # best-effort: any option, or wait
-            u = utilities(j, now, cfg)
-            items.append((j, [(o.gpus, u[i], i) for i, o in enumerate(j.options)]))
+    # phase 2: the multiple-choice knapsack over the free GPUs: best-effort jobs take any option
+    # or wait, guaranteed (admitted) and kept ones upgrades above their floors
     owned = max(0, free)
     lent_left = max(0, lent + min(0, free))
     restart = sum(j.restart_cost_s for j in jobs) / max(1, len(jobs))
-    choice.update(_knapsack(items, owned + lent_left, owned=owned,
-                            lent_price_factor=risk * restart / (restart + cfg.horizon_s)))
+    choice.update(_phase2([j for j in order if j.job_id in floor or j.guarantee is None], floor,
+                          owned + lent_left, owned, risk * restart / (restart + cfg.horizon_s), now, cfg))
     for j in order:
         if choice[j.job_id] is None and j.job_id not in reasons:
             reasons[j.job_id] = f"waiting: needs {j.options[0].gpus} GPUs, others use them better"
     return choice, reasons
+
+
+def flat_utilities(jobs: Sequence[JobView], now: float, cfg: PolicyConfig) -> tuple[Any, Any, Any]:
+    """`utilities` of every option of `jobs` at once, with numpy (the same floats, the same
+    operations in the same order): the options' GPUs and utilities flattened in (job, option)
+    order, and where each job's options start."""
+    import numpy as np
+
+    n = len(jobs)
+    lens = np.fromiter((len(j.options) for j in jobs), dtype=np.int64, count=n)
+    starts = np.cumsum(lens) - lens
+    opts = [o for j in jobs for o in j.options]
+    gpus = np.fromiter((o.gpus for o in opts), dtype=np.int64, count=len(opts))
+    sps = np.fromiter((o.samples_per_s for o in opts), dtype=np.float64, count=len(opts))
+    if not len(opts):
+        return gpus, sps, starts
+    peak = np.maximum.reduceat(sps, starts)  # every job has options (`decide` checks)
+    remaining = np.fromiter((j.remaining_samples for j in jobs), dtype=np.float64, count=n)
+    work = np.maximum(np.minimum(remaining, cfg.horizon_s * peak), 0.0)
+    arrival = np.fromiter((j.arrival for j in jobs), dtype=np.float64, count=n)
+    weight = 1.0 + np.maximum(0.0, now - arrival) / cfg.aging_s
+    restart = np.fromiter((j.restart_cost_s for j in jobs), dtype=np.float64, count=n)
+    t = np.repeat(restart, lens) + np.repeat(work, lens) / sps
+    u = np.repeat(weight, lens) / np.where(t > 1e-6, t, 1e-6)
+    for k, j in enumerate(jobs):  # the option a job runs now, under its plan: no restart
+        cur = j.current
+        if cur is not None and (i := current_index(j)) is not None and j.options[i].plan == cur.plan:
+            at = int(starts[k]) + i
+            u[at] = weight[k] / max(work[k] / sps[at], 1e-6)
+    return gpus, u, starts
+
+
+def _phase2(cand: list[JobView], floor: Mapping[str, int], capacity: int, owned: int,
+            lent_price_factor: float, now: float, cfg: PolicyConfig) -> dict[str, int]:
+    """Phase 2's knapsack (`_knapsack`) over `cand` in order: a job with a floor chooses among
+    the options above it, as upgrades (GPUs and utility over the floor's), any other among all
+    its options. Built from `flat_utilities` as arrays, which the greedy takes as they are."""
+    import numpy as np
+
+    if not cand:
+        return {}
+    gpus, u, starts = flat_utilities(cand, now, cfg)
+    lens = np.diff(np.append(starts, len(gpus)))
+    f = np.fromiter((floor.get(j.job_id, -1) for j in cand), dtype=np.int64, count=len(cand))
+    at = starts + np.maximum(f, 0)  # the floor's option (any option for jobs with none)
+    base_g = np.where(f >= 0, gpus[at], 0)
+    base_u = np.where(f >= 0, u[at], 0.0)
+    k_ = np.repeat(np.arange(len(cand), dtype=np.int64), lens)
+    i_ = np.arange(len(gpus), dtype=np.int64) - np.repeat(starts, lens)
+    keep = i_ > np.repeat(f, lens)
+    k_, i_ = k_[keep], i_[keep]
+    w_ = (gpus - np.repeat(base_g, lens))[keep]
+    v_ = (u - np.repeat(base_u, lens))[keep]
+    if len(cand) * (capacity + 1) <= DP_CELLS and len(cand) <= DP_ITEMS:
+        bounds = np.searchsorted(k_, np.arange(len(cand) + 1))
+        ws, vs, is_ = w_.tolist(), v_.tolist(), i_.tolist()
+        items = [(j, list(zip(ws[lo:hi], vs[lo:hi], is_[lo:hi], strict=True)))
+                 for j, lo, hi in zip(cand, bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)]
+        return _knapsack_dp(items, capacity, owned, lent_price_factor)
+    if not len(k_):
+        return {}
+    level = _greedy_flat(k_, i_, w_, v_, capacity, owned, lent_price_factor)
+    return {cand[k].job_id: i for k, i in level.items()}
 
 
 # Above this many DP cells (items × (capacity + 1)) the knapsack is solved by the greedy on
@@ -458,22 +538,31 @@ def _knapsack_greedy(items: Items, capacity: int, owned: int | None = None,
     reached within `owned`) / owned, as in `_knapsack_dp`."""
     import numpy as np
 
-    # Every choice that fits, flattened in (item, choice) order: item, its index, GPUs, value.
-    fk: list[int] = []
-    fc: list[int] = []
-    fw: list[int] = []
-    fu: list[float] = []
-    for k, (_, choices) in enumerate(items):
-        for ci, (w, u, _) in enumerate(choices):
-            if w <= capacity:
-                fk.append(k)
-                fc.append(ci)
-                fw.append(w)
-                fu.append(u)
-    k_ = np.array(fk, dtype=np.int64)
-    c_ = np.array(fc, dtype=np.int64)
-    w_ = np.array(fw, dtype=np.int64)
-    u_ = np.array(fu, dtype=np.float64)
+    # every choice flattened in (item, choice) order: item, position in the item, GPUs, value
+    flat = [choice for _, choices in items for choice in choices]
+    if not flat:
+        return {}
+    lens = np.fromiter((len(choices) for _, choices in items), dtype=np.int64, count=len(items))
+    fw, fu, _ = zip(*flat, strict=True)
+    k_ = np.repeat(np.arange(len(items), dtype=np.int64), lens)
+    c_ = np.arange(len(flat), dtype=np.int64) - np.repeat(np.cumsum(lens) - lens, lens)
+    level = _greedy_flat(k_, c_, np.array(fw, dtype=np.int64), np.array(fu, dtype=np.float64),
+                         capacity, owned, lent_price_factor)
+    return {items[k][0].job_id: items[k][1][ci][2] for k, ci in level.items()}
+
+
+def _greedy_flat(all_k: Any, all_c: Any, all_w: Any, all_u: Any, capacity: int, owned: int | None,
+                 lent_price_factor: float) -> dict[int, int]:
+    """`_knapsack_greedy` on choices given as numpy arrays in (item, choice) order: item, a label
+    that rises along each item's choices (returned for the choice taken), GPUs, value. Returns
+    {item: label} for the items that take a choice."""
+    import numpy as np
+
+    fits = all_w <= capacity
+    k_, c_, w_, u_ = (all_k, all_c, all_w, all_u) if fits.all() else (
+        all_k[fits], all_c[fits], all_w[fits], all_u[fits])
+    if not len(k_):
+        return {}
     first = np.ones(len(k_), dtype=bool)
     first[1:] = k_[1:] != k_[:-1]
     # each point's predecessor on its item's chain, (0, 0) before an item's first choice
@@ -487,7 +576,7 @@ def _knapsack_greedy(items: Items, capacity: int, owned: int | None = None,
     ppw, ppu = pw[:-1], pu[:-1]  # the point before each point with a next one
     under = (u_[:-1] - ppu) * (w_[1:] - ppw) <= (u_[1:] - ppu) * (w_[:-1] - ppw)
     bad[:-1] |= ~first[1:] & under
-    simple = np.ones(len(items), dtype=bool)
+    simple = np.ones(int(all_k[-1]) + 1, dtype=bool)
     simple[k_[bad]] = False
     keep = simple[k_]
     # the increments: efficiency Δu/Δw, item, choice reached, Δw, Δu, step within the item
@@ -496,10 +585,13 @@ def _knapsack_greedy(items: Items, capacity: int, owned: int | None = None,
     inc_dw = [(w_ - pw)[keep]]
     inc_du = [(u_ - pu)[keep]]
     for k in np.flatnonzero(~simple).tolist():
-        hw, hu, hc = _upper_hull(items[k][1], capacity)
+        lo, hi = np.searchsorted(all_k, (k, k + 1))  # its choices, those that do not fit too
+        labels = all_c[lo:hi].tolist()
+        hw, hu, hc = _upper_hull(list(zip(all_w[lo:hi].tolist(), all_u[lo:hi].tolist(), labels, strict=True)),
+                                 capacity)
         n = len(hw) - 1
         inc_k.append(np.full(n, k, dtype=np.int64))
-        inc_c.append(np.array(hc[1:], dtype=np.int64))
+        inc_c.append(np.array([labels[h] for h in hc[1:]], dtype=np.int64))
         inc_dw.append(np.array([hw[s] - hw[s - 1] for s in range(1, n + 1)], dtype=np.int64))
         inc_du.append(np.array([hu[s] - hu[s - 1] for s in range(1, n + 1)], dtype=np.float64))
     ik, ic = np.concatenate(inc_k), np.concatenate(inc_c)
@@ -541,7 +633,7 @@ def _knapsack_greedy(items: Items, capacity: int, owned: int | None = None,
     if own < capacity:
         per_gpu = value / own if own > 0 else fill(capacity, 0.0)[1] / capacity
         level, _ = fill(capacity, lent_price_factor * per_gpu)
-    return {items[k][0].job_id: items[k][1][ci][2] for k, ci in level.items()}
+    return level
 
 
 def _knapsack_dp(items: Items, capacity: int, owned: int | None = None,
