@@ -3,7 +3,6 @@ oracle on small ones, and the damping / restart-limit / recall rules."""
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
 import random
@@ -24,7 +23,6 @@ from tidal.core.policy import (
     _knapsack_greedy,
     _phase2,
     _upper_hull,
-    cached,
     decide,
     flat_utilities,
     predicted,
@@ -298,25 +296,6 @@ def test_the_greedy_knapsack_takes_nothing_where_nothing_fits() -> None:
     assert _knapsack_greedy([(job, [])], 8) == {}
     assert _knapsack_greedy([(job, [(4, 1.0, 0)])], 3) == {}
     assert _knapsack_greedy([(job, [(4, 1.0, 0)])], 4) == {"a": 0}
-
-
-def test_cached_computes_once_per_instance_of_a_frozen_dataclass() -> None:
-    calls: list[int] = []
-
-    @dataclasses.dataclass(frozen=True)
-    class Box:
-        x: int
-
-        @cached
-        def double(self) -> int:
-            calls.append(self.x)
-            return 2 * self.x
-
-    a, b = Box(1), Box(2)
-    assert (a.double, a.double, b.double) == (2, 2, 4)
-    assert calls == [1, 2]
-    assert dataclasses.replace(a, x=3).double == 6  # a new instance computes anew
-    assert isinstance(Box.__dict__["double"], cached)
 
 
 def test_the_greedy_knapsack_prices_lent_gpus_like_the_dp() -> None:

@@ -117,41 +117,14 @@ import gc
 import itertools
 import math
 import operator
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Generic, Literal, TypeVar, overload
+from functools import cached_property
+from typing import Any, Literal
 
 from tidal.jobs.spec import Plan
 
 Pool = Literal["training", "inference"]
-
-_T = TypeVar("_T")
-
-
-class cached(Generic[_T]):
-    """`functools.cached_property` without its lock: computed on first access, then read from
-    the instance's `__dict__` (which works on frozen dataclasses too). Python 3.11's
-    cached_property takes a lock on each first access: 1.3 µs against 0.4 µs here, and a
-    round makes one for each running job's allocation (its GPUs), every round on new objects
-    (2,500 in benchmarks/policy_latency.py's round). Python 3.12 dropped the lock."""
-
-    def __init__(self, f: Callable[[Any], _T]) -> None:
-        self.f = f
-        self.name = f.__name__
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    @overload
-    def __get__(self, obj: None, owner: type | None = None) -> cached[_T]: ...
-    @overload
-    def __get__(self, obj: object, owner: type | None = None) -> _T: ...
-    def __get__(self, obj: object | None, owner: type | None = None) -> _T | cached[_T]:
-        if obj is None:
-            return self
-        v = obj.__dict__[self.name] = self.f(obj)
-        return v
-
 
 @dataclass(frozen=True, kw_only=True)
 class Node:
@@ -190,7 +163,7 @@ class Allocation:
     gpus_by_node: tuple[tuple[str, int], ...]
     plan: Plan
 
-    @cached
+    @cached_property
     def gpus(self) -> int:
         return sum(g for _, g in self.gpus_by_node)
 
@@ -209,11 +182,6 @@ class JobView:
     restart_cost_s: float = 30.0
     remaining_samples: float = float("inf")
     attained_gpu_s: float = 0.0  # GPU-seconds held so far (least-attained-service baselines)
-
-    @cached
-    def peak_samples_per_s(self) -> float:
-        """The fastest option's predicted samples/s (the horizon's rate in `utility`)."""
-        return max(o.samples_per_s for o in self.options)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -279,15 +247,8 @@ def utility(job: JobView, idx: int | None, now: float, cfg: PolicyConfig) -> flo
 
 
 def utilities(job: JobView, now: float, cfg: PolicyConfig) -> list[float]:
-    """`utility` of every option of the job at once (its per-job terms computed once)."""
-    work = max(min(job.remaining_samples, cfg.horizon_s * job.peak_samples_per_s), 0.0)
-    weight = 1.0 + max(0.0, now - job.arrival) / cfg.aging_s
-    restart = job.restart_cost_s
-    out = [weight / max(restart + work / o.samples_per_s, 1e-6) for o in job.options]
-    i, cur = current_index(job), job.current
-    if i is not None and cur is not None and job.options[i].plan == cur.plan:  # runs it: no restart
-        out[i] = weight / max(work / job.options[i].samples_per_s, 1e-6)
-    return out
+    """`utility` of every option of the job at once (`flat_utilities` of this one job)."""
+    return [float(u) for u in flat_utilities((job,), now, cfg)[1]]
 
 
 def guarantee_index(job: JobView, margin: float = 0.0) -> int | None:
@@ -419,10 +380,24 @@ def _choose_counts(jobs: list[JobView], capacity: int, fixed: Mapping[str, int |
     return choice, reasons
 
 
+def _rows(lens: Any) -> tuple[Any, Any, Any]:
+    """For items of `lens` choices each, flattened in (item, choice) order: each row's item,
+    each row's position within its item, and where each item's rows start."""
+    import numpy as np
+
+    starts = np.cumsum(lens) - lens
+    item = np.repeat(np.arange(len(lens), dtype=np.int64), lens)
+    return item, np.arange(int(lens.sum()), dtype=np.int64) - np.repeat(starts, lens), starts
+
+
 def flat_utilities(jobs: Sequence[JobView], now: float, cfg: PolicyConfig) -> tuple[Any, Any, Any]:
-    """`utilities` of every option of `jobs` at once, with numpy (the same floats, the same
-    operations in the same order): the options' GPUs and utilities flattened in (job, option)
-    order, and where each job's options start."""
+    """u_j(i) (module docstring) of every option of `jobs` at once, with numpy: the options'
+    GPUs and utilities flattened in (job, option) order, and where each job's options start.
+
+        W_j = max(min(remaining samples, horizon_s · max_i s_j(i)), 0)
+        u_j(i) = w_j / max(restart_j + W_j / s_j(i), 1e-6)   (restart_j = 0 for the option the
+                                                               job runs now, under its plan)
+        w_j = 1 + max(0, now − arrival_j) / aging_s"""
     import numpy as np
 
     n = len(jobs)
@@ -464,20 +439,17 @@ def _phase2(cand: list[JobView], floor: Mapping[str, int], capacity: int, owned:
     at = starts + np.maximum(f, 0)  # the floor's option (any option for jobs with none)
     base_g = np.where(f >= 0, gpus[at], 0)
     base_u = np.where(f >= 0, u[at], 0.0)
-    k_ = np.repeat(np.arange(len(cand), dtype=np.int64), lens)
-    i_ = np.arange(len(gpus), dtype=np.int64) - np.repeat(starts, lens)
+    k_, i_, _ = _rows(lens)
     keep = i_ > np.repeat(f, lens)
     k_, i_ = k_[keep], i_[keep]
     w_ = (gpus - np.repeat(base_g, lens))[keep]
     v_ = (u - np.repeat(base_u, lens))[keep]
-    if len(cand) * (capacity + 1) <= DP_CELLS and len(cand) <= DP_ITEMS:
+    if _exact(len(cand), capacity):
         bounds = np.searchsorted(k_, np.arange(len(cand) + 1))
         ws, vs, is_ = w_.tolist(), v_.tolist(), i_.tolist()
         items = [(j, list(zip(ws[lo:hi], vs[lo:hi], is_[lo:hi], strict=True)))
                  for j, lo, hi in zip(cand, bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)]
         return _knapsack_dp(items, capacity, owned, lent_price_factor)
-    if not len(k_):
-        return {}
     level = _greedy_flat(k_, i_, w_, v_, capacity, owned, lent_price_factor)
     return {cand[k].job_id: i for k, i in level.items()}
 
@@ -493,11 +465,16 @@ DP_ITEMS = 1_000
 Items = list[tuple[JobView, list[tuple[int, float, int]]]]
 
 
+def _exact(items: int, capacity: int) -> bool:
+    """Whether the knapsack over `items` items and `capacity` GPUs is solved by the DP."""
+    return items * (capacity + 1) <= DP_CELLS and items <= DP_ITEMS
+
+
 def _knapsack(items: Items, capacity: int, owned: int | None = None,
               lent_price_factor: float = 0.0) -> dict[str, int]:
     """The multiple-choice knapsack: exact (`_knapsack_dp`) up to `DP_CELLS` and `DP_ITEMS`, else greedy
     (`_knapsack_greedy`, within one item's value of the optimum)."""
-    if len(items) * (capacity + 1) <= DP_CELLS and len(items) <= DP_ITEMS:
+    if _exact(len(items), capacity):
         return _knapsack_dp(items, capacity, owned, lent_price_factor)
     return _knapsack_greedy(items, capacity, owned, lent_price_factor)
 
@@ -544,8 +521,7 @@ def _knapsack_greedy(items: Items, capacity: int, owned: int | None = None,
         return {}
     lens = np.fromiter((len(choices) for _, choices in items), dtype=np.int64, count=len(items))
     fw, fu, _ = zip(*flat, strict=True)
-    k_ = np.repeat(np.arange(len(items), dtype=np.int64), lens)
-    c_ = np.arange(len(flat), dtype=np.int64) - np.repeat(np.cumsum(lens) - lens, lens)
+    k_, c_, _ = _rows(lens)
     level = _greedy_flat(k_, c_, np.array(fw, dtype=np.int64), np.array(fu, dtype=np.float64),
                          capacity, owned, lent_price_factor)
     return {items[k][0].job_id: items[k][1][ci][2] for k, ci in level.items()}
