@@ -458,6 +458,13 @@ def test_bad_options_are_rejected() -> None:
         decide(Snapshot(nodes=(Node(node_id="a", gpus=2),), jobs=(j,)))
 
 
+@pytest.mark.parametrize("bad", [0.0, -1.0, math.nan, math.inf])
+def test_bad_option_throughputs_are_rejected(bad: float) -> None:
+    j = _job("X", 0, [1, 2], [100, bad])
+    with pytest.raises(ValueError, match="job X: option throughputs must be positive and finite"):
+        decide(Snapshot(nodes=(Node(node_id="a", gpus=2),), jobs=(j,)))
+
+
 def test_a_finishing_job_is_left_alone() -> None:
     """A running job with no work left (its run is ending) keeps its GPUs and plan."""
     nodes = (Node(node_id="a", gpus=4),)

@@ -1,9 +1,10 @@
 """Admission on a real Ray cluster: `submit` returns at once, jobs profile off the actor and
-concurrently, a PROFILING job can be cancelled, and broken jobs are refused in seconds without
-touching a running one."""
+concurrently, a PROFILING job can be cancelled, and broken jobs (and NaN options) are refused in
+seconds without touching a running one."""
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from typing import Any
@@ -14,7 +15,8 @@ import ray
 from tests.conftest import tiny_gpt_spec
 from tests.jobs.test_dryrun import _empty, _raises
 from tests.platform.conftest import wait
-from tidal.jobs.spec import SpecError
+from tidal.core.policy import Option
+from tidal.jobs.spec import Plan, SpecError
 from tidal.platform import sdk
 
 pytestmark = pytest.mark.integration
@@ -81,6 +83,9 @@ def test_broken_jobs_are_refused_in_seconds_without_touching_a_running_job(sched
         assert time.time() - t < 10.0
     with pytest.raises(SpecError, match="needs 100 GPUs, the cluster has 4"):
         sdk.submit(tiny_gpt_spec(name="too-big", global_batch=800, min_gpus=100, max_gpus=100))
+    nan = Option(gpus=1, plan=Plan(dp=1, micro_batch=8), samples_per_s=math.nan)
+    with pytest.raises(SpecError, match=r"finite samples/s > 0 \(got nan\)"):
+        sdk.submit(tiny_gpt_spec(name="nan-options"), options=(nan,))
     after = running.status()
     assert after["state"] == "RUNNING" and after["restarts"] == before["restarts"], (before, after)
     assert [r["name"] for r in sdk.list_jobs()] == ["keeps-running"]  # nothing else was stored

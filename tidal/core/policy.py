@@ -799,6 +799,9 @@ def _decide(snapshot: Snapshot) -> Decision:
         counts = [o.gpus for o in j.options]
         if not counts or any(map(operator.ge, counts, counts[1:])):
             raise ValueError(f"job {j.job_id}: options must be non-empty with increasing GPU counts")
+        if not all(0.0 < o.samples_per_s < math.inf for o in j.options):  # NaN fails both
+            raise ValueError(f"job {j.job_id}: option throughputs must be positive and finite, got "
+                             f"{[o.samples_per_s for o in j.options]}")
     jobs = [guarded(j, cfg.guarantee_margin) for j in jobs]
     snapshot = replace(snapshot, jobs=tuple(jobs))
     capacity = sum(n.gpus for n in snapshot.nodes if not n.recallable)

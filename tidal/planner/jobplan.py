@@ -14,6 +14,7 @@ runs it as a Ray task off the actor and queues the job with its resource matrix)
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from tidal.core.policy import Option
@@ -115,6 +116,10 @@ def plan_job(spec: JobSpec, cluster: Cluster, cfg: ProfileConfig, *,
         if c is not None:
             options.append(Option(gpus=shape.num_gpus, plan=c.plan, samples_per_s=c.samples_per_s,
                                   cpus_per_gpu=cfg.cpus_per_gpu))
+    broken = [o for o in options if not 0.0 < o.samples_per_s < math.inf]  # NaN fails both
+    if broken:  # the scheduler's policy refuses such options: reject the job, not every round
+        raise SpecError("profile", f"the model fitted from the profiles predicts {broken[0].samples_per_s} "
+                                   f"samples/s for {broken[0].plan.short()}")
     guarantee = None
     if spec.guaranteed and spec.plan is not None and spec.requested_gpus is not None:
         own: ResourceShape = packed(spec.requested_gpus, cluster.per_node, gpu_mem_bytes=mem)

@@ -436,9 +436,9 @@ class Scheduler:
             raise SpecError("options", "GPU counts must increase from one option to the next")
         for o in options:
             spec.check_plan(o.plan)  # PlanError naming the plan if the job cannot run it
-            if o.plan.num_gpus != o.gpus or o.samples_per_s <= 0:
-                raise SpecError("options",
-                                f"option {o.plan.short()}: needs gpus == the plan's GPUs and samples/s > 0")
+            if o.plan.num_gpus != o.gpus or not 0.0 < o.samples_per_s < math.inf:
+                raise SpecError("options", f"option {o.plan.short()}: needs gpus == the plan's GPUs "
+                                           f"and finite samples/s > 0 (got {o.samples_per_s})")
         if options[0].gpus > cluster.total:
             raise SpecError("options",
                             f"the smallest option needs {options[0].gpus} GPUs, "
