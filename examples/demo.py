@@ -158,7 +158,8 @@ def progress_line(rec: Record, rows: list[dict[str, Any]], loans: dict[str, Any]
         s = rec.samples[-1].jobs.get(r["name"]) if rec.samples else None
         where = f"{s.gpus['training']}+{s.gpus['inference']} lent" if s and s.gpus["inference"] else \
             f"{r['gpus']} GPU"
-        parts.append(f"{r['name']} {r['state'][:7]:<7} {where:<9} {r['step']:>4}/{total_steps[r['name']]}")
+        spent = r.get("compute_steps") or r["step"]  # the budget's steps: AutoLRS's probes count too
+        parts.append(f"{r['name']} {r['state'][:7]:<7} {where:<9} {spent:>4}/{total_steps[r['name']]}")
     recent = [s for s in rec.sent if s.at + rec.replay_t0 > rec.now() - 10]
     lat = [s.latency_s for s in recent if s.status == 200]
     serve = (f"serve {serve_running} replicas (lendable {loans.get('lendable', '-')}), "

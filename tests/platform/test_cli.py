@@ -61,6 +61,18 @@ def test_status_table_fits_long_ids_and_shows_progress() -> None:
     assert lines[4].strip() == "waiting: needs 4 GPUs, others use them better"
 
 
+def test_an_autolrs_jobs_progress_counts_the_budgets_steps() -> None:
+    """An AutoLRS job's budget counts its losing probes' steps too: done is 50 of 200 steps run
+    although 40 are in the model."""
+    from tidal.platform.cli import format_status, progress_line
+
+    row = {"job_id": "t", "state": "RUNNING", "plan": "dp1-z0-mb8x1", "gpus": 1, "nodes": ["n"],
+           "predicted_sps": 10.0, "measured_sps": 10.0, "step": 40, "compute_steps": 50,
+           "total_steps": 200, "eta_s": 60.0, "restarts": 0, "error": None, "reason": ""}
+    assert "step 40/200 (25%, 50 steps run)" in progress_line(row)
+    assert "25%" in format_status([row]).splitlines()[1]
+
+
 def test_events_are_one_line_each_with_why() -> None:
     from tidal.platform.cli import format_events
 

@@ -8,8 +8,10 @@ loss curves equal to uninterrupted runs; every run's workers ran on the nodes it
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,13 +20,16 @@ import ray
 from tests.conftest import tiny_gpt_spec
 from tests.platform.conftest import wait as _wait
 from tidal.jobs import Plan, SpecError
+from tidal.jobs.checkpoint import META_FILE
 from tidal.jobs.runner import Resources, launch
 from tidal.platform import sdk
-from tidal.platform.scheduler import NAMESPACE, SCHEDULER_NAME
+from tidal.platform.scheduler import NAMESPACE, SCHEDULER_NAME, compute_steps
+from tidal.platform.store import JobRecord
 
-pytestmark = pytest.mark.integration
+integration = pytest.mark.integration
 
 
+@integration
 def test_two_jobs_reconfiguration_and_scheduler_restart(scheduler: Any) -> None:
     spec_a = tiny_gpt_spec(name="job-a", total_steps=240, max_gpus=4, checkpoint_every=10)
     # a name of its own: B is never in the profile cache, so it is profiled on the full cluster
@@ -98,6 +103,7 @@ class FailAfter:
         return lm_loss(model, batch)
 
 
+@integration
 def test_reject_fail_and_cancel(scheduler: Any) -> None:
     from tidal.platform.cli import format_status, main
 
@@ -119,3 +125,22 @@ def test_reject_fail_and_cancel(scheduler: Any) -> None:
     ok.cancel()
     assert ok.wait(timeout=200, poll_s=1)["state"] == "CANCELLED"
     _wait(lambda: ray.available_resources().get("GPU", 0) == 4, "the cancelled job's GPUs to be freed", 120)
+
+
+def test_an_autolrs_jobs_probe_steps_count_against_its_budget(tmp_path: Path) -> None:
+    """The budget's steps (what `total_steps` counts, and what the policy's remaining work and
+    the ETA are computed from) include an AutoLRS job's losing probes: from the live run's
+    progress, else the job's last checkpoint, else its data position."""
+    seen: dict[str, tuple[str, int]] = {}
+    r = JobRecord(job_id="j", name="j", spec=b"", step=40)
+    assert compute_steps(r, None, seen) == 40  # never checkpointed: the data position
+    assert compute_steps(r, {"step": 41, "compute_steps": 50}, seen) == 50  # a live run says
+    ckpt = tmp_path / "step_40"
+    ckpt.mkdir()
+    (ckpt / META_FILE).write_text(json.dumps({"step": 40, "compute_steps": 48}))
+    stopped = JobRecord(job_id="j", name="j", spec=b"", step=40, checkpoint=str(ckpt))
+    assert compute_steps(stopped, None, seen) == 48
+    (ckpt / META_FILE).write_text(json.dumps({"step": 40, "compute_steps": 999}))
+    assert compute_steps(stopped, None, seen) == 48  # read once per checkpoint
+    gone = JobRecord(job_id="k", name="k", spec=b"", step=7, checkpoint=str(tmp_path / "missing"))
+    assert compute_steps(gone, None, seen) == 7  # unreadable: the data position, no error

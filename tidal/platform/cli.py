@@ -147,7 +147,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 def progress_line(st: dict[str, Any]) -> str:
     total = int(st.get("total_steps") or 0)
-    done = f" ({100 * int(st['step']) / total:.0f}%)" if total else ""
+    spent = int(st.get("compute_steps") or st["step"])  # an AutoLRS job's probes count too
+    run = f", {spent} steps run" if spent != int(st["step"]) else ""
+    done = f" ({100 * spent / total:.0f}%{run})" if total else ""
     extra = f", ETA {_eta(st.get('eta_s'))}" if st.get("eta_s") is not None else ""
     where = f" on {st['gpus']} GPUs, {st['plan']}" if st.get("gpus") else ""
     why = f" — {st['reason']}" if st.get("reason") else ""
@@ -191,7 +193,7 @@ def format_status(rows: list[dict[str, Any]]) -> str:
         sps = f"{float(r['predicted_sps']):.0f}/{float(r['measured_sps']):.0f}"
         total = int(r.get("total_steps") or 0)
         progress = f"{r['step']}/{total}" if total else "-"
-        done = f"{100 * int(r['step']) / total:.0f}%" if total else "-"
+        done = f"{100 * int(r.get('compute_steps') or r['step']) / total:.0f}%" if total else "-"
         lines.append(f"{r['job_id']!s:<{w}}{r['state']!s:<11}{r['plan']!s:<20}{r['gpus']!s:>5} "
                      f"{nodes:<14}{progress:>12}{done:>6}{_eta(r.get('eta_s')):>8}{sps:>21}{r['restarts']!s:>9}")
         if r.get("reason"):

@@ -52,7 +52,7 @@ from tidal.core.autoscale import node_request
 from tidal.core.controller import ActionRecord, reconcile_step
 from tidal.core.correction import Correction, CorrectionConfig, corrected, observe
 from tidal.core.policy import Allocation, Decision, JobView, Node, Option, PolicyConfig, Snapshot, predicted
-from tidal.jobs.checkpoint import read_meta
+from tidal.jobs.checkpoint import CheckpointError, read_meta
 from tidal.jobs.spec import JobSpec, Plan, SpecError
 from tidal.planner.jobplan import Cluster, ProfileConfig, check_fits
 from tidal.platform import admission
@@ -142,6 +142,7 @@ class Scheduler:
         self.node_request_at = float("-inf")  # when it was last sent (time.monotonic)
         self.node_request_failed_at = float("-inf")  # when sending it last failed
         self.observed: dict[str, float] = {}  # job → when its run's throughput was last observed
+        self.spent: dict[str, tuple[str, int]] = {}  # job → (its checkpoint, compute steps there)
         self._incarnation = uuid.uuid4().hex  # this actor's life: a restart is another
         self._recover()
         self._wake = threading.Event()
@@ -190,9 +191,10 @@ class Scheduler:
         p = self.executor.progress(r.job_id)
         spec = self._spec(r)
         step = int((p or {}).get("step", r.step))
+        compute = compute_steps(r, p, self.spent)
         sps = float((p or {}).get("samples_per_s", r.measured_sps) or 0.0)
         running = r.state in (JobState.RUNNING, JobState.STOPPING)
-        eta = (spec.total_steps - step) * spec.global_batch / sps if running and sps > 0 else None
+        eta = max(0, spec.total_steps - compute) * spec.global_batch / sps if running and sps > 0 else None
         gpus, nodes = sum(g for _, g in r.allocation or []), [n for n, _ in r.allocation or []]
         reason = self.reasons.get(r.job_id, "") if r.state is JobState.QUEUED else ""
         adm = self.admissions.get(r.job_id)
@@ -207,7 +209,8 @@ class Scheduler:
             "plan": Plan.from_dict(r.plan).short() if r.plan else "",
             "gpus": gpus, "nodes": nodes, "allocation": [[n, int(g)] for n, g in r.allocation or []]
             if running else [], "predicted_sps": r.predicted_sps, "measured_sps": sps,
-            "step": step, "restarts": r.restarts, "error": r.error, "checkpoint": r.checkpoint,
+            "step": step, "compute_steps": compute, "restarts": r.restarts, "error": r.error,
+            "checkpoint": r.checkpoint,
             "sps_ratios": r.sps_ratios,  # the online correction: [[gpus, measured ÷ predicted], ...]
         }
 
@@ -652,7 +655,9 @@ class Scheduler:
             if r.state is JobState.RUNNING and r.allocation and r.plan:
                 current = Allocation(gpus_by_node=tuple((n, int(g)) for n, g in r.allocation),
                                      plan=Plan.from_dict(r.plan))
-            remaining = float(max(0, spec.total_steps - r.step) * spec.global_batch)
+            # the work left, in the budget's steps (an AutoLRS job's probes spend it too)
+            spent = compute_steps(r, self.executor.progress(r.job_id), self.spent)
+            remaining = float(max(0, spec.total_steps - spent) * spec.global_batch)
             view = JobView(job_id=r.job_id, arrival=r.submitted, options=r.options, guarantee=r.guarantee,
                            requested=self._requested(r), current=current, restarts=r.restarts,
                            restart_cost_s=self.cfg.restart_cost_s, remaining_samples=remaining)
@@ -764,6 +769,25 @@ class Scheduler:
 
     def _log_action(self, kind: str, job_id: str, gpus: list[tuple[str, int]], plan: str) -> None:
         self.action_log.append((time.time(), kind, job_id, tuple(gpus), plan))
+
+
+def compute_steps(r: JobRecord, progress: dict[str, Any] | None, seen: dict[str, tuple[str, int]]) -> int:
+    """The steps job `r`'s budget has spent (`JobSpec.total_steps` counts these): its data
+    position `step`, plus, for an AutoLRS job, its losing probes' steps (`tidal.jobs.autolrs`).
+    From its live run's `progress`, else from its last checkpoint's meta (read once per
+    checkpoint: `seen` maps job → (checkpoint, steps)), else the data position."""
+    if progress and "compute_steps" in progress:
+        return max(int(progress["compute_steps"]), int(progress["step"]))
+    if r.checkpoint is None:
+        return r.step
+    known = seen.get(r.job_id)
+    if known is None or known[0] != r.checkpoint:
+        try:
+            spent = int(read_meta(r.checkpoint).get("compute_steps", r.step))
+        except (OSError, ValueError, CheckpointError):  # gone or unreadable: the position
+            spent = r.step
+        known = seen[r.job_id] = (r.checkpoint, spent)
+    return max(r.step, known[1])
 
 
 def _correction(r: JobRecord) -> Correction:
