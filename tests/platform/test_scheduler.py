@@ -24,7 +24,7 @@ from tidal.jobs.checkpoint import META_FILE
 from tidal.jobs.runner import Resources, launch
 from tidal.platform import sdk
 from tidal.platform.scheduler import NAMESPACE, SCHEDULER_NAME, compute_steps
-from tidal.platform.store import JobRecord
+from tidal.platform.store import JobRecord, JobState
 
 integration = pytest.mark.integration
 
@@ -131,16 +131,21 @@ def test_an_autolrs_jobs_probe_steps_count_against_its_budget(tmp_path: Path) ->
     """The budget's steps (what `total_steps` counts, and what the policy's remaining work and
     the ETA are computed from) include an AutoLRS job's losing probes: from the live run's
     progress, else the job's last checkpoint, else its data position."""
-    seen: dict[str, tuple[str, int]] = {}
+    seen: dict[str, tuple[str, int, bool]] = {}
     r = JobRecord(job_id="j", name="j", spec=b"", step=40)
     assert compute_steps(r, None, seen) == 40  # never checkpointed: the data position
-    assert compute_steps(r, {"step": 41, "compute_steps": 50}, seen) == 50  # a live run says
     ckpt = tmp_path / "step_40"
     ckpt.mkdir()
     (ckpt / META_FILE).write_text(json.dumps({"step": 40, "compute_steps": 48}))
-    stopped = JobRecord(job_id="j", name="j", spec=b"", step=40, checkpoint=str(ckpt))
-    assert compute_steps(stopped, None, seen) == 48
+    queued = JobRecord(job_id="j", name="j", spec=b"", step=40, checkpoint=str(ckpt))
+    assert compute_steps(queued, None, seen) == 48
     (ckpt / META_FILE).write_text(json.dumps({"step": 40, "compute_steps": 999}))
-    assert compute_steps(stopped, None, seen) == 48  # read once per checkpoint
+    assert compute_steps(queued, None, seen) == 48  # read once per checkpoint
+    running = JobRecord(job_id="j", name="j", spec=b"", step=41, checkpoint=str(ckpt), state=JobState.RUNNING)
+    assert compute_steps(running, {"step": 45, "compute_steps": 60}, seen) == 60  # the live run says
+    assert compute_steps(running, None, seen) == 60  # its run ended, the store has not caught up
+    (ckpt / META_FILE).write_text(json.dumps({"step": 40, "compute_steps": 48}))
+    requeued = JobRecord(job_id="j", name="j", spec=b"", step=40, checkpoint=str(ckpt))
+    assert compute_steps(requeued, None, seen) == 48  # the run was lost: back to its checkpoint's
     gone = JobRecord(job_id="k", name="k", spec=b"", step=7, checkpoint=str(tmp_path / "missing"))
     assert compute_steps(gone, None, seen) == 7  # unreadable: the data position, no error

@@ -142,7 +142,7 @@ class Scheduler:
         self.node_request_at = float("-inf")  # when it was last sent (time.monotonic)
         self.node_request_failed_at = float("-inf")  # when sending it last failed
         self.observed: dict[str, float] = {}  # job → when its run's throughput was last observed
-        self.spent: dict[str, tuple[str, int]] = {}  # job → (its checkpoint, compute steps there)
+        self.spent: dict[str, tuple[str, int, bool]] = {}  # `compute_steps`' memory
         self._incarnation = uuid.uuid4().hex  # this actor's life: a restart is another
         self._recover()
         self._wake = threading.Event()
@@ -771,22 +771,29 @@ class Scheduler:
         self.action_log.append((time.time(), kind, job_id, tuple(gpus), plan))
 
 
-def compute_steps(r: JobRecord, progress: dict[str, Any] | None, seen: dict[str, tuple[str, int]]) -> int:
+def compute_steps(r: JobRecord, progress: dict[str, Any] | None,
+                  seen: dict[str, tuple[str, int, bool]]) -> int:
     """The steps job `r`'s budget has spent (`JobSpec.total_steps` counts these): its data
     position `step`, plus, for an AutoLRS job, its losing probes' steps (`tidal.jobs.autolrs`).
-    From its live run's `progress`, else from its last checkpoint's meta (read once per
-    checkpoint: `seen` maps job → (checkpoint, steps)), else the data position."""
+    From its live run's `progress`, else from its last checkpoint's meta, else the data
+    position. `seen` (job → (checkpoint, steps, from a live run)) reads each checkpoint once and
+    keeps a running job's last figure for the moment between its run's end and the store
+    catching up (else the status would fall back to the data position for a tick)."""
+    key = r.checkpoint or ""
     if progress and "compute_steps" in progress:
-        return max(int(progress["compute_steps"]), int(progress["step"]))
-    if r.checkpoint is None:
-        return r.step
+        spent = max(int(progress["compute_steps"]), int(progress["step"]), r.step)
+        seen[r.job_id] = (key, spent, True)
+        return spent
     known = seen.get(r.job_id)
-    if known is None or known[0] != r.checkpoint:
-        try:
-            spent = int(read_meta(r.checkpoint).get("compute_steps", r.step))
-        except (OSError, ValueError, CheckpointError):  # gone or unreadable: the position
-            spent = r.step
-        known = seen[r.job_id] = (r.checkpoint, spent)
+    live = r.state in (JobState.RUNNING, JobState.STOPPING)
+    if known is None or known[0] != key or (known[2] and not live):
+        spent = r.step
+        if r.checkpoint is not None:
+            try:
+                spent = int(read_meta(r.checkpoint).get("compute_steps", r.step))
+            except (OSError, ValueError, CheckpointError):  # gone or unreadable: the position
+                spent = r.step
+        known = seen[r.job_id] = (key, spent, False)
     return max(r.step, known[1])
 
 
