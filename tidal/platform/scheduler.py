@@ -563,6 +563,7 @@ class Scheduler:
             if not p:
                 continue
             upd: dict[str, Any] = {"step": int(p["step"]), "measured_sps": float(p["samples_per_s"])}
+            compute_steps(recs[jid], p, self.spent)  # remembered for `_views`, without asking the run again
             last = self.observed.get(jid)
             self.observed[jid] = now
             if self.cfg.correction is not None and last is not None:  # a run's first report: start-up
@@ -655,8 +656,9 @@ class Scheduler:
             if r.state is JobState.RUNNING and r.allocation and r.plan:
                 current = Allocation(gpus_by_node=tuple((n, int(g)) for n, g in r.allocation),
                                      plan=Plan.from_dict(r.plan))
-            # the work left, in the budget's steps (an AutoLRS job's probes spend it too)
-            spent = compute_steps(r, self.executor.progress(r.job_id), self.spent)
+            # the work left, in the budget's steps (an AutoLRS job's probes spend it too; a running
+            # job's figure is the one `_collect` read from its run this tick)
+            spent = compute_steps(r, None, self.spent)
             remaining = float(max(0, spec.total_steps - spent) * spec.global_batch)
             view = JobView(job_id=r.job_id, arrival=r.submitted, options=r.options, guarantee=r.guarantee,
                            requested=self._requested(r), current=current, restarts=r.restarts,
