@@ -301,6 +301,11 @@ def main() -> int:
         print(f"lent to training: {lent:.0f} GPU-seconds; Serve's longest wait for wanted replicas: "
               f"{longest_serve_wait(rec.samples):.0f} s")
         print(f"now: {format_pools(ray.get(scheduler.pools.remote()))}")
+        rc = ray.get(scheduler.restart_cost.remote())
+        how = "pinned" if rc["pinned"] else "measured"
+        starts, stops = (sorted(round(s) for s in rc[k]) for k in ("starts", "stops"))
+        print(f"restart cost charged by the policy: {rc['seconds']:.0f} s ({how}: launch → first step "
+              f"{starts} s, stop → ended {stops} s)")
         print(f"serving: {slo.requests} requests, {slo.failed} failed, p50 {slo.p50_s * 1000:.0f} ms, "
               f"p99 {slo.p99_s * 1000:.0f} ms; {slo.slo_attainment:.1%} within the "
               f"{slo.slo_s * 1000:.0f} ms SLO")

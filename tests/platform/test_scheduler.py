@@ -59,6 +59,13 @@ def test_two_jobs_reconfiguration_and_scheduler_restart(scheduler: Any) -> None:
     assert a.status()["gpus"] < gpus_alone
 
     _wait(lambda: b.status()["step"] >= 10, "B to train a while")
+    # the restart cost was measured from these runs (A's stop, the first steps of B's and A's new
+    # runs), while the policy is charged the value the fixture pins
+    cost = ray.get(scheduler.restart_cost.remote())
+    assert cost["pinned"] and cost["seconds"] == 0.0, cost
+    assert cost["stops"] and cost["starts"], cost
+    assert all(0.0 < s < 600.0 for s in cost["starts"] + cost["stops"]), cost
+    assert cost["measured_s"] > 0.0, cost
     ray.kill(scheduler, no_restart=False)  # the actor restarts and must find both jobs
     actor = ray.get_actor(SCHEDULER_NAME, namespace=NAMESPACE)
     _wait(lambda: ray.get(actor.ping.remote()) == "ok", "the scheduler to restart", 120)

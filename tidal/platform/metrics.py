@@ -24,6 +24,8 @@ class Metrics:
                                 tag_keys=("job",))
         self.admission_s = Gauge("tidal_admission_seconds", "Seconds from submit to QUEUED or REJECTED",
                                  tag_keys=("job",))
+        self.restart_s = Gauge("tidal_restart_cost_seconds",
+                               "What the policy charges a restart: measured from the runs, or pinned")
 
     def update(self, recs: list[Any]) -> None:
         """Per-state counts and per-job GPUs and throughput from the store's records."""

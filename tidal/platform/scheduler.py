@@ -52,6 +52,7 @@ from tidal.core.autoscale import node_request
 from tidal.core.controller import ActionRecord, reconcile_step
 from tidal.core.correction import Correction, CorrectionConfig, corrected, observe
 from tidal.core.policy import Allocation, Decision, JobView, Node, Option, PolicyConfig, Snapshot, predicted
+from tidal.core.restarts import RestartCost
 from tidal.jobs.checkpoint import CheckpointError, read_meta
 from tidal.jobs.spec import JobSpec, Plan, SpecError
 from tidal.planner.jobplan import Cluster, ProfileConfig, check_fits
@@ -86,7 +87,10 @@ class SchedulerConfig:
     use_cuda: bool = False
     gpu_mem_gib: float = 80.0
     cpus_per_worker: float = 1.0
-    restart_cost_s: float = 30.0
+    # what the policy charges a restart or start: None measures it from this scheduler's own runs
+    # (`tidal.core.restarts`: median stop + median launch → first step; 30 s until measured); a
+    # number pins it
+    restart_cost_s: float | None = None
     # Ray Train's own restarts of a crashed worker group; 0: every fault comes back to the
     # scheduler, which requeues the job from its newest checkpoint (counted in `restarts`) and
     # may place it elsewhere (the node may be gone)
@@ -143,6 +147,11 @@ class Scheduler:
         self.node_request_failed_at = float("-inf")  # when sending it last failed
         self.observed: dict[str, float] = {}  # job → when its run's throughput was last observed
         self.spent: dict[str, tuple[str, int, bool]] = {}  # `compute_steps`' memory
+        # the restart cost measured from this actor's runs, and when each run was launched and
+        # each stop asked for (a restarted actor measures again)
+        self.restart = RestartCost()
+        self.launched: dict[str, float] = {}
+        self.stopping: dict[str, float] = {}
         self._incarnation = uuid.uuid4().hex  # this actor's life: a restart is another
         self._recover()
         self._wake = threading.Event()
@@ -264,6 +273,15 @@ class Scheduler:
 
     def recent_events(self) -> list[str]:
         return list(self.events)
+
+    def restart_cost(self) -> dict[str, Any]:
+        """What the policy charges a restart now, and the measurements behind it (seconds)."""
+        return {"seconds": self._restart_cost_s(), "pinned": self.cfg.restart_cost_s is not None,
+                "measured_s": self.restart.seconds, "starts": list(self.restart.starts),
+                "stops": list(self.restart.stops)}
+
+    def _restart_cost_s(self) -> float:
+        return self.cfg.restart_cost_s if self.cfg.restart_cost_s is not None else self.restart.seconds
 
     def pools(self) -> dict[str, Any]:
         """The inference pool's loan state (total, lendable and lent GPUs, Serve's replicas)."""
@@ -529,7 +547,7 @@ class Scheduler:
                 gpus = sum(int(g) for _, g in r.allocation or [])
                 borrowers.append(Borrower(job_id=r.job_id, gpus=gpus, lent_by_node=lent,
                                           options=tuple(o.gpus for o in r.options),
-                                          restart_s=self.cfg.restart_cost_s or 30.0))
+                                          restart_s=self._restart_cost_s() or 30.0))
             by_id = {r.job_id: r for r in recs}
             for pick in choose_reclaim(borrowers, need):
                 self.metrics.reclaims.inc(tags={"job": pick.job_id})
@@ -550,6 +568,7 @@ class Scheduler:
     def _stop(self, r: JobRecord, why: str) -> None:
         """Ask a running job to stop at its next step boundary with a checkpoint (→ STOPPING)."""
         self.executor.stop(r.job_id)
+        self.stopping.setdefault(r.job_id, time.time())
         self.store.transition(r.job_id, JobState.STOPPING, why)
         self._log_action("stop", r.job_id, [(n, int(g)) for n, g in r.allocation or []], "")
         self._event(f"{r.job_id} {why}")
@@ -566,6 +585,8 @@ class Scheduler:
             compute_steps(recs[jid], p, self.spent)  # remembered for `_views`, without asking the run again
             last = self.observed.get(jid)
             self.observed[jid] = now
+            if (launched := self.launched.pop(jid, None)) is not None:  # the run's first step
+                self.restart = self.restart.observe(start_s=now - launched)
             if self.cfg.correction is not None and last is not None:  # a run's first report: start-up
                 rec = recs[jid]
                 c = observe(_correction(rec), gpus=sum(int(g) for _, g in rec.allocation or []),
@@ -577,6 +598,10 @@ class Scheduler:
         for ended in self.executor.collect({jid: r.allocation for jid, r in recs.items()}):
             jid, rec = ended.job_id, recs[ended.job_id]
             self.observed.pop(jid, None)
+            self.launched.pop(jid, None)
+            asked = self.stopping.pop(jid, None)
+            if asked is not None and ended.result is not None and not ended.result.finished:
+                self.restart = self.restart.observe(stop_s=time.time() - asked)  # stopped as asked
             if ended.result is None:
                 assert ended.error is not None
                 self._run_failed(rec, ended.error)
@@ -650,6 +675,8 @@ class Scheduler:
 
     def _views(self, recs: list[JobRecord]) -> list[JobView]:
         views = []
+        restart_s = self._restart_cost_s()
+        self.metrics.restart_s.set(restart_s)
         for r in recs:
             spec = self._spec(r)
             current = None
@@ -662,7 +689,7 @@ class Scheduler:
             remaining = float(max(0, spec.total_steps - spent) * spec.global_batch)
             view = JobView(job_id=r.job_id, arrival=r.submitted, options=r.options, guarantee=r.guarantee,
                            requested=self._requested(r), current=current, restarts=r.restarts,
-                           restart_cost_s=self.cfg.restart_cost_s, remaining_samples=remaining)
+                           restart_cost_s=restart_s, remaining_samples=remaining)
             views.append(corrected(view, _correction(r)))
         return views
 
@@ -707,6 +734,7 @@ class Scheduler:
                 r = by_id[jid]
                 run_id = f"{jid}-r{r.restarts}"
                 self.executor.launch(jid, self._spec(r), a, r.checkpoint, run_id)
+                self.launched[jid] = time.time()
                 sps = self._predicted(r, a)
                 self.store.transition(jid, JobState.RUNNING,
                                       f"launched {a.plan.short()} on {dict(a.gpus_by_node)}",
