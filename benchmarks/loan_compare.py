@@ -24,15 +24,25 @@ Prints each arm's metrics, then `loan_jct_speedup` (no-loan avg JCT ÷ Tidal's),
 minus no-loan, percentage points), `preemptions_per_job` of both loaning arms, and last
 `slo_violation_rate` (the share of requests over the SLO under Tidal). Writes
 `<out>/loan-<workload>-timeline.png` (inference pool: demand, replicas, GPUs lent).
+
+`--family W.csv ...` runs the same comparison on every workload of the policy sweep's family
+(`tidal.sim.workload.family` over those traces, `--seed`: the shared traces, their variants with
+guaranteed jobs and other arrival rates, nine synthetic ones), one line each, then the geometric
+mean and the worst case of `loan_jct_speedup` and `queue_speedup` over the family (`family_*`
+lines, `family_min_loan_jct_speedup` last): a loaning scheme is judged on workloads it was not
+tuned on, as the policy is (`benchmarks/sim_sweep.py`).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+
+import numpy as np
 
 from tidal.serving.app import REPLICA_RPS
 from tidal.serving.loans import LoanConfig
@@ -41,7 +51,7 @@ from tidal.sim.serving import InferencePool, Mode
 from tidal.sim.simulator import POLICIES, SimConfig, SimResult, Simulator
 from tidal.sim.tables import Truth
 from tidal.sim.views import SimPlanner
-from tidal.sim.workload import read_workload
+from tidal.sim.workload import SimJob, family, read_workload
 
 ARMS: dict[str, Mode] = {"no_loan": "none", "evict": "evict", "tidal": "shrink"}
 COLUMNS = ("avg_jct_s", "avg_queue_s", "makespan_s", "gpu_util_all", "preemptions_per_job",
@@ -75,9 +85,96 @@ def timeline_png(results: dict[str, tuple[SimResult, Simulator]], path: Path, re
     plt.close(fig)
 
 
+Arms = dict[str, tuple[SimResult, Simulator]]
+
+
+def run_arms(jobs: list[SimJob], truth: Truth, planner: SimPlanner, arrivals: np.ndarray,
+             args: argparse.Namespace, say: bool = True) -> tuple[SimResult, Arms, float]:
+    """The ceiling's run (training owns the inference nodes, no serving) and the three arms on
+    one workload, the serving demand scaled to its no-loan makespan (the module docstring)."""
+    cfg = SimConfig()
+    interval = cfg.round_s or 60.0
+    policy = POLICIES["tidal"]
+    t0 = time.time()
+    base = Simulator(jobs, truth, planner, policy, cfg).run()
+    span = max(j.finish for j in base.jobs)
+    if say:
+        print(f"no-loan training run: makespan {base.metrics['makespan_s']:,.0f} s "
+              f"({time.time() - t0:.0f} s)", flush=True)
+    pool_gpus = args.inference_nodes * 8
+    rates = demand_series(arrivals, span, interval, peak_rps=pool_gpus * args.replica_rps,
+                          envelope=Envelope(period_s=min(86_400.0, span), phase=args.phase))
+    t = time.time()
+    whole = replace(cfg, nodes=cfg.nodes + args.inference_nodes)
+    owned = Simulator(jobs, truth, planner, policy, whole).run()
+    if say:
+        print(f"ceiling: {whole.nodes} training nodes, no serving: avg JCT "
+              f"{owned.metrics['avg_jct_s']:,.0f} s, queue {owned.metrics['avg_queue_s']:,.0f} s "
+              f"({time.time() - t:.1f} s)", flush=True)
+        print(f"serving demand: {len(rates)} intervals, "
+              f"mean {rates.mean() / args.replica_rps:.1f} replicas, "
+              f"peak {rates.max() / args.replica_rps:.0f} "
+              f"(replica {args.replica_rps:g} req/s at the SLO)", flush=True)
+    results: Arms = {}
+    for name, mode in ARMS.items():
+        t = time.time()
+        loan = LoanConfig(replica_rps=args.replica_rps, interval_s=interval, predictive=mode == "shrink")
+        pool = InferencePool(rates=tuple(float(r) for r in rates), loan=loan, mode=mode,
+                             nodes=args.inference_nodes)
+        sim = Simulator(jobs, truth, planner, policy, cfg, serving=pool)
+        results[name] = (sim.run(), sim)
+        if say:
+            print(f"simulated {name:<8} in {time.time() - t:.1f} s", flush=True)
+    return owned, results, span
+
+
+def speedups(owned: SimResult, results: Arms) -> dict[str, float]:
+    """The printed figures of one workload (the module docstring)."""
+    no, evict, tidal = (results[k][0].metrics for k in ARMS)
+    return {"loan_jct_ceiling": no["avg_jct_s"] / owned.metrics["avg_jct_s"],
+            "loan_queue_ceiling": no["avg_queue_s"] / max(owned.metrics["avg_queue_s"], 1e-9),
+            "loan_jct_speedup": no["avg_jct_s"] / tidal["avg_jct_s"],
+            "queue_speedup": no["avg_queue_s"] / max(tidal["avg_queue_s"], 1e-9),
+            "utilization_gain_points": 100 * (tidal["gpu_util_all"] - no["gpu_util_all"]),
+            "preemptions_per_job_evict": evict["preemptions_per_job"],
+            "preemptions_per_job_tidal": tidal["preemptions_per_job"],
+            "slo_violation_rate": tidal["slo_violation_rate"]}
+
+
+def run_family(args: argparse.Namespace, truth: Truth, planner: SimPlanner, arrivals: np.ndarray) -> int:
+    """`--family`: every workload of the sweep's family, one line each, then the family's figures."""
+    workloads = family(truth, [str(p) for p in args.family], seed=args.seed)
+    cols = {"loan_jct_speedup": "JCT ×", "queue_speedup": "queue ×", "utilization_gain_points": "util +pts",
+            "preemptions_per_job_tidal": "preempt/job", "slo_violation_rate": "over SLO",
+            "loan_jct_ceiling": "JCT ceiling"}
+    print(f"{'workload':<38}" + "".join(f"{h:>12}" for h in cols.values()), flush=True)
+    figures: list[dict[str, float]] = []
+    t0 = time.time()
+    for name, jobs in workloads:
+        owned, results, _ = run_arms(jobs, truth, planner, arrivals, args, say=False)
+        f = speedups(owned, results)
+        figures.append(f)
+        row = "".join(f"{f[c]:>12.3f}" for c in cols)
+        print(f"{name:<38}{row}   ({time.time() - t0:.0f} s)", flush=True)
+
+    def geomean(k: str) -> float:
+        return math.exp(sum(math.log(max(f[k], 1e-9)) for f in figures) / len(figures))
+
+    print(f"\nfamily_workloads: {len(figures)}")
+    print(f"family_geomean_loan_jct_speedup: {geomean('loan_jct_speedup'):.3f}")
+    print(f"family_geomean_queue_speedup: {geomean('queue_speedup'):.3f}")
+    print(f"family_min_queue_speedup: {min(f['queue_speedup'] for f in figures):.3f}")
+    print(f"family_max_slo_violation_rate: {max(f['slo_violation_rate'] for f in figures):.4f}")
+    print(f"family_min_loan_jct_speedup: {min(f['loan_jct_speedup'] for f in figures):.3f}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workload", type=Path, required=True)
+    which = ap.add_mutually_exclusive_group(required=True)
+    which.add_argument("--workload", type=Path, help="one workload (CSV): every arm's metrics and the PNG")
+    which.add_argument("--family", type=Path, nargs="+",
+                       help="shared traces (CSV) to build the sweep's family from; one line per workload")
     ap.add_argument("--traces", type=Path, required=True)
     ap.add_argument("--serving", type=Path, required=True, help="an Azure LLM inference trace (CSV)")
     ap.add_argument("--replica-rps", type=float, default=REPLICA_RPS)
@@ -87,40 +184,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=Path("results"))
     args = ap.parse_args(argv)
-    jobs = read_workload(args.workload)
     arrivals = read_arrivals(args.serving)
     truth = Truth(args.traces)
     planner = SimPlanner(truth=truth, seed=args.seed)
-    cfg = SimConfig()
-    interval = cfg.round_s or 60.0
-    policy = POLICIES["tidal"]
-    t0 = time.time()
-    base = Simulator(jobs, truth, planner, policy, cfg).run()
-    span = max(j.finish for j in base.jobs)
-    print(f"no-loan training run: makespan {base.metrics['makespan_s']:,.0f} s ({time.time() - t0:.0f} s)",
-          flush=True)
-    pool_gpus = args.inference_nodes * 8
-    rates = demand_series(arrivals, span, interval, peak_rps=pool_gpus * args.replica_rps,
-                          envelope=Envelope(period_s=min(86_400.0, span), phase=args.phase))
-    t = time.time()
-    whole = replace(cfg, nodes=cfg.nodes + args.inference_nodes)
-    owned = Simulator(jobs, truth, planner, policy, whole).run()
-    print(f"ceiling: {whole.nodes} training nodes, no serving: avg JCT "
-          f"{owned.metrics['avg_jct_s']:,.0f} s, queue {owned.metrics['avg_queue_s']:,.0f} s "
-          f"({time.time() - t:.1f} s)", flush=True)
-    print(f"serving demand: {len(rates)} intervals, "
-          f"mean {rates.mean() / args.replica_rps:.1f} replicas, "
-          f"peak {rates.max() / args.replica_rps:.0f} "
-          f"(replica {args.replica_rps:g} req/s at the SLO)", flush=True)
-    results: dict[str, tuple[SimResult, Simulator]] = {}
-    for name, mode in ARMS.items():
-        t = time.time()
-        loan = LoanConfig(replica_rps=args.replica_rps, interval_s=interval, predictive=mode == "shrink")
-        pool = InferencePool(rates=tuple(float(r) for r in rates), loan=loan, mode=mode,
-                             nodes=args.inference_nodes)
-        sim = Simulator(jobs, truth, planner, policy, cfg, serving=pool)
-        results[name] = (sim.run(), sim)
-        print(f"simulated {name:<8} in {time.time() - t:.1f} s", flush=True)
+    if args.family:
+        return run_family(args, truth, planner, arrivals)
+    jobs = read_workload(args.workload)
+    owned, results, _ = run_arms(jobs, truth, planner, arrivals, args)
     print(f"\n{'arm':<9}" + "".join(f"{c:>21}" for c in COLUMNS))
     for name, (r, _) in results.items():
         print(f"{name:<9}" + "".join(f"{r.metrics[c]:>21,.4f}" for c in COLUMNS))
@@ -128,17 +198,10 @@ def main(argv: list[str] | None = None) -> int:
     png = args.out / f"loan-{args.workload.stem}-timeline.png"
     timeline_png(results, png, args.replica_rps)
     print(f"\nwrote {png}")
-    no, evict, tidal = (results[k][0].metrics for k in ARMS)
-    print(f"loan_jct_ceiling: {no['avg_jct_s'] / owned.metrics['avg_jct_s']:.3f}")
-    print(f"loan_queue_ceiling: {no['avg_queue_s'] / max(owned.metrics['avg_queue_s'], 1e-9):.3f}")
-    print(f"loan_jct_speedup: {no['avg_jct_s'] / tidal['avg_jct_s']:.3f}")
-    print(f"queue_speedup: {no['avg_queue_s'] / max(tidal['avg_queue_s'], 1e-9):.3f}")
-    print(f"utilization_gain_points: {100 * (tidal['gpu_util_all'] - no['gpu_util_all']):.2f}")
-    print(f"preemptions_per_job_evict: {evict['preemptions_per_job']:.3f}")
-    print(f"preemptions_per_job_tidal: {tidal['preemptions_per_job']:.3f}")
-    print(f"slo_violation_rate: {tidal['slo_violation_rate']:.4f}")
+    for k, v in speedups(owned, results).items():
+        digits = {"slo_violation_rate": 4, "utilization_gain_points": 2}.get(k, 3)
+        print(f"{k}: {v:.{digits}f}")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
