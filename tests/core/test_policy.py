@@ -655,3 +655,37 @@ def test_decide_leaves_the_garbage_collector_as_it_found_it() -> None:
             assert gc.isenabled() is state
     finally:
         (gc.enable if was else gc.disable)()
+
+
+def test_a_guaranteed_job_moves_a_borrower_off_the_owned_gpus_it_needs() -> None:
+    """B (best-effort) runs on the owned node; G (guaranteed, owned GPUs only) needs all of it.
+    With lent GPUs free, G is admitted and B moves there keeping its option (a restart, not a
+    stop); without them, G waits and B keeps its GPUs (admission never stops a best-effort job)."""
+    own = Node(node_id="own", gpus=4)
+    lent = Node(node_id="lent", gpus=4, recallable=True, pool="inference", recall_risk=0.1)
+    cur = Allocation(gpus_by_node=(("own", 4),), plan=Plan(dp=4, micro_batch=2))
+    b = _job("B", 0, [4], [400.0], current=cur, remaining_samples=1e6, restart_cost_s=30)
+    g = _job("G", 10, [4], [400.0], guarantee=400.0, remaining_samples=1e6, restart_cost_s=30)
+    d = decide(Snapshot(now=20.0, nodes=(own, lent), jobs=(b, g)))
+    assert d.allocations["G"].gpus_by_node == (("own", 4),)
+    assert d.allocations["B"].gpus_by_node == (("lent", 4),) and d.allocations["B"].plan == cur.plan
+    assert d.changed == ("B",)
+    d = decide(Snapshot(now=20.0, nodes=(own,), jobs=(b, g)))
+    assert d.allocations == {"B": cur} and d.changed == () and "G" in d.reasons
+    # lent GPUs that another job holds are not free: G waits, nobody moves
+    held = Allocation(gpus_by_node=(("lent", 4),), plan=Plan(dp=4, micro_batch=2))
+    c = _job("C", 5, [4], [400.0], current=held, remaining_samples=1e6, restart_cost_s=30)
+    d = decide(Snapshot(now=20.0, nodes=(own, lent), jobs=(b, c, g)))
+    assert d.allocations == {"B": cur, "C": held} and d.changed == ()
+
+
+def test_no_growth_into_idle_gpus_while_the_decision_borrows() -> None:
+    """A lone long job grows into 6 idle owned GPUs (phase 5), but not while another job runs on
+    lent GPUs: that capacity comes and goes, and the next round would undo the growth."""
+    own = Node(node_id="a", gpus=8)
+    lent = Node(node_id="lent", gpus=2, recallable=True, pool="inference", recall_risk=0.0)
+    on_lent = Allocation(gpus_by_node=(("lent", 2),), plan=Plan(dp=2, micro_batch=4))
+    other = _job("L", 1, [2], [190.0], current=on_lent, restart_cost_s=260, remaining_samples=1e7)
+    assert decide(Snapshot(nodes=(own,), jobs=(_lone(1e7),))).allocations["A"].gpus == 8
+    d = decide(Snapshot(nodes=(own, lent), jobs=(_lone(1e7), other)))
+    assert d.allocations["L"] == on_lent and d.allocations["A"].gpus == 2 and d.changed == ()

@@ -67,13 +67,23 @@ every restart into the decision itself: a change must save more than the restart
    their option (a floor, served in phase 1 like a guarantee) and may only grow: freezing
    them outright left a job shrunk to 1 GPU there when it was alone at the end (579,000-s
    makespan on one workload of the family, `benchmarks/sim_sweep.py`).
-4. Placement on nodes: unchanged jobs keep their GPUs; the others are placed largest first,
-   on one node when one has room (best fit), otherwise over the fewest nodes; every job takes
-   owned GPUs before lent ones, and guaranteed jobs never take lent GPUs (their guarantee must
-   not depend on capacity inference can recall). CPUs and host memory per GPU are checked on
-   every node; capacity is never exceeded. No job's owned GPUs are placed over more nodes than
-   they need packed (lent GPUs, borrowed where inference leaves them, may add nodes): every
-   option's throughput is predicted packed, and the same GPUs spread over more nodes run
+4. Placement on nodes: unchanged jobs keep their GPUs; the others are placed largest first, on
+   one node when one has room (best fit), otherwise over the fewest nodes; every job takes owned
+   GPUs before lent ones, and guaranteed jobs never take lent GPUs (their guarantee must not
+   depend on capacity inference can recall). A guaranteed job that finds no room on owned GPUs
+   moves best-effort jobs that keep their allocation there, newest first, to other GPUs (the
+   lent ones no job holds), each keeping its option: a restart, never a stop, all or nothing;
+   and admission (phase 1) counts those free lent GPUs against what running best-effort jobs
+   hold. Without it, loans let best-effort jobs start on owned GPUs and then kept the guaranteed
+   ones off them: on `benchmarks/loan_compare.py --family`'s syn-r0.5-sla50-large-spread the
+   loans' JCT speedup was 0.698 (every guaranteed application's JCTs 1.4-7× longer); with it
+   1.092, and the family's geomean / worst 0.994 / 0.698 → 1.021 / 0.897 at the envelope's phase
+   0; at phase 0.5 it costs the geomean 2% (1.055 → 1.034, worst 0.973 both); with phase 5's
+   rule for lent GPUs (below) at phase 0.25, 1% (1.075 / 0.995 → 1.064 / 0.971). It is kept for
+   the worst case: 0.90 against 0.72 over the three phases. CPUs and host memory per GPU are
+   checked on every node; capacity is never exceeded. No job's owned GPUs are placed over more
+   nodes than they need packed (lent GPUs, borrowed where inference leaves them, may add nodes):
+   every option's throughput is predicted packed, and the same GPUs spread over more nodes run
    slower (more traffic between nodes; tensor-parallel groups split across nodes). Where the
    free GPUs are that fragmented the job tries fewer GPUs (down to its floor), then waits and
    the knapsack runs again without it. For guaranteed jobs this rule came first: spread
@@ -83,7 +93,8 @@ every restart into the decision itself: a change must save more than the restart
    truth; the Rubick re-implementation 13 of 1,509), at a fraction of the packed speed.
 5. Growth into idle GPUs (`grow_into_idle`): owned GPUs the decision leaves idle go to running
    jobs whose growth pays its restart over their real remaining work (the objective's
-   horizon cap hides that when nobody competes for them).
+   horizon cap hides that when nobody competes for them); not while the decision uses lent
+   GPUs (capacity that comes and goes: the next round undoes the growth; `grow_into_idle`).
 
 **Lent GPUs** (inference GPUs Serve does not need now: `Node.recallable`) are worth less than
 owned ones by their expected recall cost. Guarantees (phase 1) count owned GPUs only. The
@@ -305,14 +316,16 @@ def current_index(job: JobView) -> int | None:
 def _choose_counts(jobs: list[JobView], capacity: int, fixed: Mapping[str, int | None],
                    cfg: PolicyConfig, now: float, lent: int = 0, risk: float = 1.0,
                    kept: Mapping[str, int] | None = None,
-                   owned_held: Mapping[str, int] | None = None
+                   owned_held: Mapping[str, int] | None = None, movable: int = 0
                    ) -> tuple[dict[str, int | None], dict[str, str]]:
     """Phases 1-2: an option index per job (None = waits) within `capacity` owned GPUs plus
     `lent` recallable ones (priced by `risk`, module docstring). `jobs` come in arrival order;
     `fixed` jobs take exactly their index; `kept` jobs at least theirs (they may grow).
     `owned_held`: owned GPUs each running job holds now (admission control: a waiting guaranteed
     job does not take those of running best-effort jobs, under `admission_preempts="later"` of
-    the earlier ones only; a job absent from it holds none)."""
+    the earlier ones only; a job absent from it holds none). `movable`: lent GPUs no job holds,
+    to which placement may move a best-effort job off the owned GPUs a guaranteed one needs
+    (`place`): that many of the held GPUs do not bar admission."""
     kept = kept or {}
     by_id = {j.job_id: j for j in jobs}
     choice: dict[str, int | None] = {j.job_id: None for j in jobs}
@@ -357,7 +370,7 @@ def _choose_counts(jobs: list[JobView], capacity: int, fixed: Mapping[str, int |
         # a waiting job is admitted around the running best-effort jobs' GPUs (module docstring):
         # all of them, or under "later" those that arrived before it
         spared = j.arrival if cfg.admission_preempts == "later" else math.inf
-        held = held_sum[bisect.bisect_left(held_at, spared)] if j.current is None else 0
+        held = max(0, held_sum[bisect.bisect_left(held_at, spared)] - movable) if j.current is None else 0
         if need <= free - held:
             choice[j.job_id], floor[j.job_id] = gi, gi
             free -= need
@@ -732,6 +745,10 @@ class _Pool:
     def fewest_nodes(self, g: int) -> int:
         return _fewest_nodes(self.packed, g)
 
+    def lent_free(self) -> int:
+        """Lent GPUs still free."""
+        return sum(f.gpus for f in self.nodes if f.node.recallable)
+
     def spread(self, placed: tuple[tuple[str, int], ...]) -> bool:
         """Whether a placement's owned GPUs lie on more owned nodes than they need packed (lent
         GPUs, borrowed where inference leaves them, may add nodes)."""
@@ -837,11 +854,14 @@ def _decide(snapshot: Snapshot) -> Decision:
     owned_ids = {n.node_id for n in snapshot.nodes if not n.recallable}
     owned_held = {j.job_id: (sum(g for nid, g in j.current.gpus_by_node if nid in owned_ids) if lent
                              else j.current.gpus) for j in running if j.current is not None}
+    # lent GPUs no running job holds: a best-effort job on owned GPUs a guaranteed one needs can
+    # move there (`place`), so admission counts them against what running best-effort jobs hold
+    movable = lent - sum(j.current.gpus - owned_held[j.job_id] for j in running if j.current is not None)
     while True:
         new_choice, reasons = _choose_counts(jobs, capacity, {**frozen, **dict.fromkeys(unplaceable)},
                                              cfg, snapshot.now, lent=lent, risk=risk,
                                              kept={k: v for k, v in kept.items() if k not in unplaceable},
-                                             owned_held=owned_held)
+                                             owned_held=owned_held, movable=max(0, movable))
         reasons = {**reasons, **unplaceable}
         d = place(snapshot, new_choice, reasons, running=running, pack=True)
         stuck = [jid for jid, i in new_choice.items()
@@ -886,8 +906,21 @@ def grow_into_idle(snapshot: Snapshot, d: Decision, reasons: Mapping[str, str], 
 
     Why: the horizon cap makes long jobs compare by throughput, but with no competitor the cap
     hid what growth saves: on benchmarks/sim_sweep.py a t5 job shrunk to 4 GPUs ran its last
-    16,000 s there alone on an 18%-busy cluster, and llama30 jobs ran alone on 32 of 64 GPUs."""
+    16,000 s there alone on an 18%-busy cluster, and llama30 jobs ran alone on 32 of 64 GPUs.
+
+    Not while the decision uses lent GPUs: the owned GPUs it leaves idle are then fragments
+    beside jobs on lent nodes, not a quiet cluster, and the capacity changes as inference
+    lends and recalls, so the next round undoes the growth and the job pays a restart each way.
+    On `benchmarks/loan_compare.py`'s workload-base phase 5 acted in 239 rounds with loans
+    against 70 without, and the jobs restarted 430 times against 182; without it there, the
+    loans' JCT speedup over the family (`--family`, 15 workloads, `loan_jct_speedup` geomean /
+    worst at the envelope's phases 0, 0.25 and 0.5) went 0.994 / 0.698, 1.040 / 0.724, 1.055 /
+    0.973 → 1.005 / 0.717, 1.075 / 0.995, 1.071 / 0.996 (with the borrower moves of `place`:
+    1.038 / 0.901, 1.064 / 0.971, 1.060 / 0.998)."""
     cfg = snapshot.config
+    lent_ids = {n.node_id for n in snapshot.nodes if n.recallable}
+    if any(nid in lent_ids for a in d.allocations.values() for nid, _ in a.gpus_by_node):
+        return d
     owned = {n.node_id for n in snapshot.nodes if not n.recallable}
     idle = capacity - sum(g for a in d.allocations.values() for nid, g in a.gpus_by_node if nid in owned)
     if idle <= 0:
@@ -935,7 +968,9 @@ def place(snapshot: Snapshot, choice: Mapping[str, int | None],
     """Phase 4, for any choice of option per job (`decide`'s, or a baseline's in `tidal.sim`):
     unchanged running jobs keep their GPUs; the others are placed largest first (guaranteed
     jobs before best-effort ones), on one node when one has room, else over the fewest nodes,
-    falling back to fewer GPUs when CPUs or memory run out. Jobs absent from `choice` wait."""
+    falling back to fewer GPUs when CPUs or memory run out; a guaranteed job with no room on
+    owned GPUs moves kept best-effort jobs to free lent GPUs (`displace`). Jobs absent from
+    `choice` wait."""
     jobs = sorted(snapshot.jobs, key=lambda j: (j.arrival, j.job_id))
     nodes = {n.node_id: n for n in snapshot.nodes}
     by_id = {j.job_id: j for j in jobs}
@@ -969,6 +1004,58 @@ def place(snapshot: Snapshot, choice: Mapping[str, int | None],
         else:
             pending.append(j)
     pending.sort(key=lambda j: (j.guarantee is None, -j.options[new_choice[j.job_id] or 0].gpus, j.arrival))
+    def packed(j: JobView, o: Option) -> tuple[tuple[str, int], ...] | None:
+        """`pool.place` under the packing rule (no owned GPUs over more nodes than they need)."""
+        placed = pool.place(j, o)
+        if placed is not None and pack and pool.spread(placed):
+            for nid, g in placed:
+                pool.give(free[nid], o, g)
+            return None
+        return placed
+
+    def displace(g: JobView, idx: int) -> tuple[tuple[str, int], ...] | None:
+        """Room on owned GPUs for guaranteed job `g`'s option `idx` made by moving best-effort jobs
+        that keep their allocation here, newest first, to other GPUs (the lent ones no job
+        holds, where guaranteed jobs may not go): each moved job keeps its option and restarts,
+        none stops. All or nothing: if `g` or a moved job finds no place, nothing moves."""
+        movers = sorted((b for b in jobs if b.job_id in allocations and b.guarantee is None
+                         and allocations[b.job_id] == b.current and b.restarts < snapshot.config.max_restarts
+                         and b.remaining_samples > 0
+                         and any(not nodes[nid].recallable for nid, _ in allocations[b.job_id].gpus_by_node)),
+                        key=lambda b: (-b.arrival, b.job_id))
+        moved: list[JobView] = []
+        for b in movers:
+            o = b.options[new_choice[b.job_id] or 0]
+            for nid, k in allocations[b.job_id].gpus_by_node:
+                pool.give(free[nid], o, k)
+            moved.append(b)
+            placed = packed(g, g.options[idx])
+            if placed is None:
+                continue
+            again: list[tuple[JobView, tuple[tuple[str, int], ...]]] = []
+            for m in moved:
+                at = packed(m, m.options[new_choice[m.job_id] or 0])
+                if at is None:
+                    break
+                again.append((m, at))
+            if len(again) == len(moved):
+                for m, at in again:
+                    plan = m.options[new_choice[m.job_id] or 0].plan
+                    allocations[m.job_id] = Allocation(gpus_by_node=at, plan=plan)
+                    changed.append(m.job_id)
+                return placed
+            for m, at in again:  # undo: the moved jobs' new GPUs, then g's
+                for nid, k in at:
+                    pool.give(free[nid], m.options[new_choice[m.job_id] or 0], k)
+            for nid, k in placed:
+                pool.give(free[nid], g.options[idx], k)
+            break
+        for m in reversed(moved):  # nothing moves: every mover takes its GPUs back
+            o = m.options[new_choice[m.job_id] or 0]
+            for nid, k in allocations[m.job_id].gpus_by_node:
+                pool.take(free[nid], o, k)
+        return None
+
     for j in pending:
         idx = new_choice[j.job_id]
         assert idx is not None
@@ -987,6 +1074,10 @@ def place(snapshot: Snapshot, choice: Mapping[str, int | None],
             if placed is None:  # CPUs or memory too scarce for this many GPUs: try fewer
                 floor = guarantee_index(j, snapshot.config.guarantee_margin) or 0
                 idx = idx - 1 if idx > floor else None
+        if (placed is None or idx is None) and j.guarantee is not None and pool.lent_free():
+            idx = new_choice[j.job_id]
+            assert idx is not None
+            placed = displace(j, idx)
         if placed is None or idx is None:
             reasons[j.job_id] = SPREAD_REASON if spread else CAPACITY_REASON
             continue
