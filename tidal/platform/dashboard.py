@@ -67,6 +67,10 @@ def dashboard() -> dict[str, Any]:
             (f"sum(rate({lat}_bucket{{le=\"{slo_ms}\",route!~\"/-/.*\"}}[1m])) by (application) / "
              f"sum(rate({lat}_count{{route!~\"/-/.*\"}}[1m])) by (application)", "{{application}}")],
                "percentunit", 12, 24, description=f"Share of requests answered within {slo_ms} ms"),
+        _panel(9, "Restart cost charged by the policy",
+               [("max(ray_tidal_restart_cost_seconds)", "restart cost")], "s", 0, 32,
+               description="Median stop + median launch-to-first-step of the scheduler's own runs "
+                           "(tidal.core.restarts), or the pinned value"),
     ]
     return {
         "uid": UID, "title": "Tidal", "tags": ["tidal", "ray"], "timezone": "browser", "editable": True,
