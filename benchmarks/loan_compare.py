@@ -89,7 +89,7 @@ Arms = dict[str, tuple[SimResult, Simulator]]
 
 
 def run_arms(jobs: list[SimJob], truth: Truth, planner: SimPlanner, arrivals: np.ndarray,
-             args: argparse.Namespace, say: bool = True) -> tuple[SimResult, Arms, float]:
+             args: argparse.Namespace, say: bool = True) -> tuple[SimResult, Arms]:
     """The ceiling's run (training owns the inference nodes, no serving) and the three arms on
     one workload, the serving demand scaled to its no-loan makespan (the module docstring)."""
     cfg = SimConfig()
@@ -125,7 +125,7 @@ def run_arms(jobs: list[SimJob], truth: Truth, planner: SimPlanner, arrivals: np
         results[name] = (sim.run(), sim)
         if say:
             print(f"simulated {name:<8} in {time.time() - t:.1f} s", flush=True)
-    return owned, results, span
+    return owned, results
 
 
 def speedups(owned: SimResult, results: Arms) -> dict[str, float]:
@@ -151,7 +151,7 @@ def run_family(args: argparse.Namespace, truth: Truth, planner: SimPlanner, arri
     figures: list[dict[str, float]] = []
     t0 = time.time()
     for name, jobs in workloads:
-        owned, results, _ = run_arms(jobs, truth, planner, arrivals, args, say=False)
+        owned, results = run_arms(jobs, truth, planner, arrivals, args, say=False)
         f = speedups(owned, results)
         figures.append(f)
         row = "".join(f"{f[c]:>12.3f}" for c in cols)
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.family:
         return run_family(args, truth, planner, arrivals)
     jobs = read_workload(args.workload)
-    owned, results, _ = run_arms(jobs, truth, planner, arrivals, args)
+    owned, results = run_arms(jobs, truth, planner, arrivals, args)
     print(f"\n{'arm':<9}" + "".join(f"{c:>21}" for c in COLUMNS))
     for name, (r, _) in results.items():
         print(f"{name:<9}" + "".join(f"{r.metrics[c]:>21,.4f}" for c in COLUMNS))
@@ -202,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         digits = {"slo_violation_rate": 4, "utilization_gain_points": 2}.get(k, 3)
         print(f"{k}: {v:.{digits}f}")
     return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -746,8 +746,8 @@ class _Pool:
         return _fewest_nodes(self.packed, g)
 
     def lent_free(self) -> int:
-        """Lent GPUs still free."""
-        return sum(f.gpus for f in self.nodes if f.node.recallable)
+        """Lent GPUs still free (from the buckets: no walk over the nodes)."""
+        return sum(k * len(ix) for (rec, k), ix in self.buckets.items() if rec)
 
     def spread(self, placed: tuple[tuple[str, int], ...]) -> bool:
         """Whether a placement's owned GPUs lie on more owned nodes than they need packed (lent
@@ -918,8 +918,7 @@ def grow_into_idle(snapshot: Snapshot, d: Decision, reasons: Mapping[str, str], 
     0.973 → 1.005 / 0.717, 1.075 / 0.995, 1.071 / 0.996 (with the borrower moves of `place`:
     1.038 / 0.901, 1.064 / 0.971, 1.060 / 0.998)."""
     cfg = snapshot.config
-    lent_ids = {n.node_id for n in snapshot.nodes if n.recallable}
-    if any(nid in lent_ids for a in d.allocations.values() for nid, _ in a.gpus_by_node):
+    if d.recall_loss:  # a job holds lent GPUs (`place` reports each one's loss if recalled)
         return d
     owned = {n.node_id for n in snapshot.nodes if not n.recallable}
     idle = capacity - sum(g for a in d.allocations.values() for nid, g in a.gpus_by_node if nid in owned)
@@ -1004,56 +1003,56 @@ def place(snapshot: Snapshot, choice: Mapping[str, int | None],
         else:
             pending.append(j)
     pending.sort(key=lambda j: (j.guarantee is None, -j.options[new_choice[j.job_id] or 0].gpus, j.arrival))
-    def packed(j: JobView, o: Option) -> tuple[tuple[str, int], ...] | None:
-        """`pool.place` under the packing rule (no owned GPUs over more nodes than they need)."""
+    def packed(j: JobView, o: Option) -> tuple[tuple[tuple[str, int], ...] | None, bool]:
+        """`pool.place` under the packing rule, and whether that rule refused it: owned GPUs over
+        more nodes than they need run slower than predicted."""
         placed = pool.place(j, o)
         if placed is not None and pack and pool.spread(placed):
             for nid, g in placed:
                 pool.give(free[nid], o, g)
-            return None
-        return placed
+            return None, True
+        return placed, False
 
     def displace(g: JobView, idx: int) -> tuple[tuple[str, int], ...] | None:
         """Room on owned GPUs for guaranteed job `g`'s option `idx` made by moving best-effort jobs
         that keep their allocation here, newest first, to other GPUs (the lent ones no job
         holds, where guaranteed jobs may not go): each moved job keeps its option and restarts,
         none stops. All or nothing: if `g` or a moved job finds no place, nothing moves."""
-        movers = sorted((b for b in jobs if b.job_id in allocations and b.guarantee is None
-                         and allocations[b.job_id] == b.current and b.restarts < snapshot.config.max_restarts
-                         and b.remaining_samples > 0
-                         and any(not nodes[nid].recallable for nid, _ in allocations[b.job_id].gpus_by_node)),
-                        key=lambda b: (-b.arrival, b.job_id))
-        moved: list[JobView] = []
-        for b in movers:
-            o = b.options[new_choice[b.job_id] or 0]
-            for nid, k in allocations[b.job_id].gpus_by_node:
+        # each mover's option: the one it keeps (`keep_current` matched it to its allocation)
+        movers = {b.job_id: b.options[new_choice[b.job_id] or 0] for b in sorted(
+            (b for b in jobs if b.job_id in allocations and b.guarantee is None
+             and allocations[b.job_id] == b.current and b.restarts < snapshot.config.max_restarts
+             and b.remaining_samples > 0
+             and any(not nodes[nid].recallable for nid, _ in allocations[b.job_id].gpus_by_node)),
+            key=lambda b: (-b.arrival, b.job_id))}
+        moved: list[str] = []
+        for jid, o in movers.items():
+            for nid, k in allocations[jid].gpus_by_node:
                 pool.give(free[nid], o, k)
-            moved.append(b)
-            placed = packed(g, g.options[idx])
+            moved.append(jid)
+            placed, _ = packed(g, g.options[idx])
             if placed is None:
                 continue
-            again: list[tuple[JobView, tuple[tuple[str, int], ...]]] = []
+            again: list[tuple[str, tuple[tuple[str, int], ...]]] = []
             for m in moved:
-                at = packed(m, m.options[new_choice[m.job_id] or 0])
+                at, _ = packed(by_id[m], movers[m])
                 if at is None:
                     break
                 again.append((m, at))
             if len(again) == len(moved):
                 for m, at in again:
-                    plan = m.options[new_choice[m.job_id] or 0].plan
-                    allocations[m.job_id] = Allocation(gpus_by_node=at, plan=plan)
-                    changed.append(m.job_id)
+                    allocations[m] = Allocation(gpus_by_node=at, plan=movers[m].plan)
+                    changed.append(m)
                 return placed
             for m, at in again:  # undo: the moved jobs' new GPUs, then g's
                 for nid, k in at:
-                    pool.give(free[nid], m.options[new_choice[m.job_id] or 0], k)
+                    pool.give(free[nid], movers[m], k)
             for nid, k in placed:
                 pool.give(free[nid], g.options[idx], k)
             break
         for m in reversed(moved):  # nothing moves: every mover takes its GPUs back
-            o = m.options[new_choice[m.job_id] or 0]
-            for nid, k in allocations[m.job_id].gpus_by_node:
-                pool.take(free[nid], o, k)
+            for nid, k in allocations[m].gpus_by_node:
+                pool.take(free[nid], movers[m], k)
         return None
 
     for j in pending:
@@ -1066,11 +1065,8 @@ def place(snapshot: Snapshot, choice: Mapping[str, int | None],
                 assert j.current is not None
                 placed = j.current.gpus_by_node
                 break
-            placed = pool.place(j, j.options[idx])
-            if placed is not None and pack and pool.spread(placed):
-                for nid, g in placed:  # over more nodes than its GPUs need: slower than predicted
-                    pool.give(free[nid], j.options[idx], g)
-                placed, spread = None, True
+            placed, refused = packed(j, j.options[idx])
+            spread = spread or refused
             if placed is None:  # CPUs or memory too scarce for this many GPUs: try fewer
                 floor = guarantee_index(j, snapshot.config.guarantee_margin) or 0
                 idx = idx - 1 if idx > floor else None
