@@ -23,7 +23,7 @@ from tidal.jobs import Plan, SpecError
 from tidal.jobs.checkpoint import META_FILE
 from tidal.jobs.runner import Resources, launch
 from tidal.platform import sdk
-from tidal.platform.scheduler import NAMESPACE, SCHEDULER_NAME, compute_steps
+from tidal.platform.scheduler import NAMESPACE, SCHEDULER_NAME, SchedulerConfig, compute_steps
 from tidal.platform.store import JobRecord, JobState
 
 integration = pytest.mark.integration
@@ -156,3 +156,11 @@ def test_an_autolrs_jobs_probe_steps_count_against_its_budget(tmp_path: Path) ->
     assert compute_steps(requeued, None, seen) == 48  # the run was lost: back to its checkpoint's
     gone = JobRecord(job_id="k", name="k", spec=b"", step=7, checkpoint=str(tmp_path / "missing"))
     assert compute_steps(gone, None, seen) == 7  # unreadable: the data position, no error
+
+
+@pytest.mark.parametrize("bad", [-5.0, float("nan"), float("inf")])
+def test_a_pinned_restart_cost_the_policy_cannot_price_fails_in_one_line(bad: float) -> None:
+    with pytest.raises(ValueError, match=r"SchedulerConfig\.restart_cost_s must be None"):
+        SchedulerConfig(restart_cost_s=bad)
+    assert SchedulerConfig().restart_cost_s is None
+    assert SchedulerConfig(restart_cost_s=0.0).restart_cost_s == 0.0

@@ -112,6 +112,14 @@ class SchedulerConfig:
     # (`capacity.launchable_gpus`); None: the alive nodes only
     autoscaling_config: dict[str, Any] | None = None
 
+    def __post_init__(self) -> None:
+        """A pinned restart cost the policy cannot price with fails here, in one line (a negative
+        one would make every restart look like a gain)."""
+        r = self.restart_cost_s
+        if r is not None and not (0.0 <= r < math.inf):
+            raise ValueError(f"SchedulerConfig.restart_cost_s must be None (measured) or seconds >= 0, "
+                             f"got {r!r}")
+
     def profiling(self) -> ProfileConfig:
         return ProfileConfig(samples=self.profile_samples, steps=self.profile_steps,
                              gpus_per_worker=self.profile_gpus, use_cuda=self.use_cuda,
