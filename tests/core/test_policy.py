@@ -405,6 +405,35 @@ def test_an_admitted_guaranteed_job_keeps_its_floor_before_earlier_waiting_ones(
     assert "guarantee needs 4 GPUs" in d.reasons["G1"]
 
 
+def test_waiting_guaranteed_jobs_are_admitted_by_value_per_gpu_and_the_wide_ones_age_in() -> None:
+    """Phase 1 admits waiting guaranteed jobs by u(floor) / GPUs(floor), not by arrival: a short
+    2-GPU job that arrived later goes before a long 8-GPU one (by arrival the wide one would take
+    the node); once the wide one has waited long enough its weight wins the node."""
+    nodes = (Node(node_id="a", gpus=8),)
+    wide = _job("W", 0, [8], [800], guarantee=800.0, remaining_samples=1e7)
+    for now, first in ((20.0, "S"), (1e5, "W")):
+        small = _job("S", now - 10, [2], [200], guarantee=200.0, remaining_samples=2e4)
+        d = decide(Snapshot(now=now, nodes=nodes, jobs=(wide, small)))
+        assert set(d.allocations) == {first}, (now, d.allocations, d.reasons)
+
+
+def test_age_beyond_the_width_cap_buys_a_place_not_width() -> None:
+    """An old job's weight multiplies its gains from more GPUs only up to `aging_width_cap`: on 4
+    GPUs the old job O (weight ~101) takes 2 and a new job Y the other 2, where an uncapped weight
+    gives O all 4 for a 20% speed-up; and on 2 GPUs O, not Y, still gets them."""
+    now = 30_000.0
+    old = _job("O", 0, [2, 4], [200, 240], remaining_samples=1e7)
+    young = _job("Y", now, [2], [200], remaining_samples=1e7)
+    four = (Node(node_id="a", gpus=4),)
+    d = decide(Snapshot(now=now, nodes=four, jobs=(old, young)))
+    assert {k: a.gpus for k, a in d.allocations.items()} == {"O": 2, "Y": 2}
+    uncapped = PolicyConfig(aging_width_cap=math.inf)
+    d = decide(Snapshot(now=now, nodes=four, jobs=(old, young), config=uncapped))
+    assert {k: a.gpus for k, a in d.allocations.items()} == {"O": 4}
+    d = decide(Snapshot(now=now, nodes=(Node(node_id="a", gpus=2),), jobs=(old, young)))
+    assert {k: a.gpus for k, a in d.allocations.items()} == {"O": 2}
+
+
 def test_admission_never_preempts_a_running_best_effort_job() -> None:
     """A waiting guaranteed job is admitted into GPUs that neither floors nor running best-effort
     jobs hold (their smallest options): it may shrink such a job, never stop it, whether it
@@ -636,6 +665,8 @@ def test_idle_growth_never_takes_gpus_a_waiting_job_could_use() -> None:
     ("max_restarts", 2.5, "max_restarts must be an integer >= 0"),
     ("guarantee_margin", -0.1, "guarantee_margin must be >= 0"),
     ("admission_preempts", "all", "admission_preempts must be 'none', 'later' or 'any'"),
+    ("aging_width_cap", 0.5, "aging_width_cap must be >= 1"),
+    ("aging_width_cap", float("nan"), "aging_width_cap must be >= 1"),
 ])
 def test_bad_policy_config_fails_in_one_line_naming_the_setting(field: str, value: object, says: str) -> None:
     with pytest.raises(ValueError, match=says) as e:

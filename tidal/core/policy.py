@@ -10,7 +10,7 @@ best plan and its predicted samples/s (`Option`).
 
 **What the policy maximises: completion rates.** Option i of job j is worth
 
-    u_j(i) = w_j / T_j(i),   T_j(i) = restart_j(i) + W_j / s_j(i)
+    u_j(i) = a_j / T_j(i) + (w_j − a_j) / T_j(0),   T_j(i) = restart_j(i) + W_j / s_j(i)
 
 s_j(i): predicted samples/s; W_j = min(remaining samples, horizon_s · max_i s_j(i)): the work
 left, capped at what the job could do in `horizon_s` at its fastest, so that long jobs (and
@@ -26,6 +26,21 @@ finishes short jobs first (SRPT: with one GPU per job it runs the smallest remai
 grows jobs while a GPU shortens their time more than it would shorten another's, and prices
 every restart into the decision itself: a change must save more than the restart costs.
 
+Age buys a place, not width: a_j = min(w_j, `aging_width_cap`) multiplies the job's options;
+the rest of its weight, w_j − a_j, is the value of its smallest option (option 0), added to
+every option. An old job outbids younger ones to run at all, but what it gains from more GPUs
+weighs no more than for a job of weight a_j. With the whole weight on every option (what this
+module did first; `aging_width_cap=inf`) a wide job that had waited hours (weight ~20) had its
+growth weighed 20×, against the starts of jobs that had just arrived: on
+benchmarks/sim_sweep.py's workload-base-rate2 (seed 0, `flat` truth) Tidal ran its llama30 jobs
+on 32 GPUs for 1,194 of their 1,515 GPU-kiloseconds where 24 do as much (the re-implementation
+ran them on 24: 1,227 GPU-ks in all), and its makespan was 0.870 of the re-implementation's;
+with the cap at 4, 0.992. The cap was chosen by the sweep's worst cases over seeds 0-2 (45
+workloads, `flat`, with phase 1's admission order below): JCT / makespan worst case 0.927 /
+0.919 at 2, 0.938 / 0.920 at 3, 1.074 / 0.912 at 4, 0.983 / 0.914 at 6, 1.075 / 0.905 at 8,
+0.960 / 0.870 uncapped. (a_j = 1, all of the age on option 0, lost a quarter of the worst JCT
+case: 0.743.)
+
 **The algorithm** (Rubick's structure, §4 of the paper, with that objective):
 
 1. Floors first. Guaranteed jobs get the smallest option predicted to reach their guarantee
@@ -40,10 +55,12 @@ every restart into the decision itself: a change must save more than the restart
    59,031), at a price in JCT where half the jobs are guaranteed (0.882 → 0.700 of Rubick's
    there: guaranteed jobs hold the GPUs they asked for). Admission
    control: running guaranteed jobs keep theirs before any waiting one is admitted (a job that
-   arrived earlier but waited never pushes out one admitted since), then waiting ones in
-   arrival order while owned GPUs remain that neither floors nor running best-effort jobs hold
-   (their smallest options: admission shrinks running jobs and never stops one, as in Rubick);
-   a guaranteed job that cannot get its floor waits rather than run below its guarantee.
+   arrived earlier but waited never pushes out one admitted since), then waiting ones, by the
+   objective's value per GPU of their floors (`_admission_order`: Smith's rule; it was arrival
+   order, and a wide guaranteed job took the GPUs dozens of small ones waited for), while owned
+   GPUs remain that neither floors nor running best-effort jobs hold (their smallest options:
+   admission shrinks running jobs and never stops one, as in Rubick); a guaranteed job that
+   cannot get its floor waits rather than run below its guarantee.
    Letting admission preempt every best-effort job (`admission_preempts="any"`), as this module
    first did, starved wide best-effort jobs where half the jobs are guaranteed: on
    workload-base-sla50 (benchmarks/sim_sweep.py, seed 0) best-effort llama30 jobs (24+ GPUs)
@@ -218,6 +235,11 @@ class PolicyConfig:
     # stop them. "later": it may stop those that arrived after it. "any": every one (what this
     # module did first). benchmarks/sim_sweep.py prints all three
     admission_preempts: Literal["none", "later", "any"] = "none"
+    # the aging weight that also multiplies what a job gains from more GPUs; weight above it
+    # counts for the job's smallest option only (age buys a place, not width: module docstring).
+    # 4 (900 s of waiting at aging_s = 300): the best worst case over the sweep's family
+    # (benchmarks/sim_sweep.py, seeds 0-2, `flat`); inf is the weight on every option
+    aging_width_cap: float = 4.0
 
     def __post_init__(self) -> None:
         """Bad settings fail here, in one line, before any decision is made with them."""
@@ -228,6 +250,9 @@ class PolicyConfig:
             raise ValueError(f"PolicyConfig.max_restarts must be an integer >= 0, got {self.max_restarts!r}")
         if not (0.0 <= self.guarantee_margin < math.inf):
             raise ValueError(f"PolicyConfig.guarantee_margin must be >= 0, got {self.guarantee_margin!r}")
+        if not self.aging_width_cap >= 1.0:  # NaN fails too
+            raise ValueError("PolicyConfig.aging_width_cap must be >= 1 (inf: no cap), "
+                             f"got {self.aging_width_cap!r}")
         if self.admission_preempts not in ("none", "later", "any"):
             raise ValueError("PolicyConfig.admission_preempts must be 'none', 'later' or 'any', "
                              f"got {self.admission_preempts!r}")
@@ -337,10 +362,12 @@ def _choose_counts(jobs: list[JobView], capacity: int, fixed: Mapping[str, int |
             free -= by_id[jid].options[idx].gpus
     # floors first: running jobs that keep theirs (admission control: a guaranteed job admitted
     # once is never pushed out by one that arrived earlier but waited), then waiting guaranteed
-    # jobs in arrival order
+    # jobs by the objective's value per GPU of their floor, highest first (`_admission_order`)
+    rank = _admission_order([j for j in jobs if j.guarantee is not None and j.current is None
+                             and j.job_id not in fixed and j.job_id not in kept], cfg, now)
     order = sorted((j for j in jobs if j.job_id not in fixed),
                    key=lambda j: (j.guarantee is None and j.job_id not in kept,
-                                  j.current is None, j.arrival, j.job_id))
+                                  j.current is None, rank.get(j.job_id, len(rank)), j.arrival, j.job_id))
     # owned GPUs running best-effort jobs hold that admission may not take (their smallest
     # options), by arrival: under "later" a waiting guaranteed job leaves those of earlier
     # arrivals alone, under "none" all of them
@@ -393,6 +420,28 @@ def _choose_counts(jobs: list[JobView], capacity: int, fixed: Mapping[str, int |
     return choice, reasons
 
 
+def _admission_order(waiting: list[JobView], cfg: PolicyConfig, now: float) -> dict[str, int]:
+    """The order in which phase 1 admits waiting guaranteed jobs: by u_j(f_j) / g_j(f_j), the
+    objective's value per GPU of the job's floor f_j, highest first (Smith's rule, the order in
+    which the knapsack would rank them; ties by arrival). Not by arrival: on
+    benchmarks/sim_sweep.py's workload-base-sla50 a guaranteed llama30 job that had waited since
+    22,895 s took 48 of the 64 GPUs for 8,000 s the moment they were free, while ~30 guaranteed
+    jobs of 1-16 GPUs that arrived later waited behind it. Aging keeps the wide ones from
+    starving: their weight grows without bound against the jobs that keep arriving. A job with
+    no floor (none reaches its guarantee) ranks last; phase 1 gives it none anyway."""
+    import numpy as np
+
+    floors = [(j, gi) for j in waiting if (gi := guarantee_index(j, cfg.guarantee_margin)) is not None]
+    if not floors:
+        return {}
+    _, u, starts = flat_utilities([j for j, _ in floors], now, cfg)
+    n = len(floors)
+    at = starts + np.fromiter((gi for _, gi in floors), dtype=np.int64, count=n)
+    density = u[at] / np.fromiter((j.options[gi].gpus for j, gi in floors), dtype=np.float64, count=n)
+    ranked = sorted(range(n), key=lambda k: (-float(density[k]), floors[k][0].arrival, floors[k][0].job_id))
+    return {floors[k][0].job_id: r for r, k in enumerate(ranked)}
+
+
 def _rows(lens: Any) -> tuple[Any, Any, Any]:
     """For items of `lens` choices each, flattened in (item, choice) order: each row's item,
     each row's position within its item, and where each item's rows start."""
@@ -408,9 +457,10 @@ def flat_utilities(jobs: Sequence[JobView], now: float, cfg: PolicyConfig) -> tu
     GPUs and utilities flattened in (job, option) order, and where each job's options start.
 
         W_j = max(min(remaining samples, horizon_s · max_i s_j(i)), 0)
-        u_j(i) = w_j / max(restart_j + W_j / s_j(i), 1e-6)   (restart_j = 0 for the option the
-                                                               job runs now, under its plan)
-        w_j = 1 + max(0, now − arrival_j) / aging_s"""
+        v_j(i) = 1 / max(restart_j + W_j / s_j(i), 1e-6)   (restart_j = 0 for the option the
+                                                            job runs now, under its plan)
+        w_j = 1 + max(0, now − arrival_j) / aging_s,   a_j = min(w_j, aging_width_cap)
+        u_j(i) = a_j · v_j(i) + (w_j − a_j) · v_j(0)"""
     import numpy as np
 
     n = len(jobs)
@@ -428,12 +478,14 @@ def flat_utilities(jobs: Sequence[JobView], now: float, cfg: PolicyConfig) -> tu
     weight = 1.0 + np.maximum(0.0, now - arrival) / cfg.aging_s
     restart = np.fromiter((j.restart_cost_s for j in jobs), dtype=np.float64, count=n)
     t = np.repeat(restart, lens) + np.repeat(work, lens) / sps
-    u = np.repeat(weight, lens) / np.where(t > 1e-6, t, 1e-6)
+    v = 1.0 / np.where(t > 1e-6, t, 1e-6)
     for k, j in enumerate(jobs):  # the option a job runs now, under its plan: no restart
         cur = j.current
         if cur is not None and (i := current_index(j)) is not None and j.options[i].plan == cur.plan:
             at = int(starts[k]) + i
-            u[at] = weight[k] / max(work[k] / sps[at], 1e-6)
+            v[at] = 1.0 / max(work[k] / sps[at], 1e-6)
+    width = np.minimum(weight, cfg.aging_width_cap)  # a_j; the rest of w_j buys a place
+    u = np.repeat(width, lens) * v + np.repeat((weight - width) * v[starts], lens)
     return gpus, u, starts
 
 
