@@ -158,6 +158,27 @@ def test_an_autolrs_jobs_probe_steps_count_against_its_budget(tmp_path: Path) ->
     assert compute_steps(gone, None, seen) == 7  # unreadable: the data position, no error
 
 
+@pytest.mark.parametrize(("field", "value", "says"), [
+    ("tick_s", -1.0, "tick_s must be a finite number > 0"),
+    ("tick_s", 0, "tick_s must be a finite number > 0"),
+    ("gpu_mem_gib", float("nan"), "gpu_mem_gib must be a finite number > 0"),
+    ("cpus_per_worker", "1", "cpus_per_worker must be a finite number > 0"),
+    ("profile_gpus", -0.5, "profile_gpus must be a finite number >= 0"),
+    ("release_grace_s", float("inf"), "release_grace_s must be a finite number >= 0"),
+    ("profile_samples", 9, "profile_samples must be an integer >= 1 and <= 8"),
+    ("profile_steps", 0, "profile_steps must be an integer >= 1"),
+    ("max_failures", 1.5, "max_failures must be an integer >= 0"),
+    ("max_infra_restarts", -1, "max_infra_restarts must be an integer >= 0"),
+    ("max_admission_attempts", True, "max_admission_attempts must be an integer >= 1"),
+])
+def test_bad_scheduler_settings_fail_in_one_line_naming_the_setting(field: str, value: object,
+                                                                   says: str) -> None:
+    with pytest.raises(ValueError, match=says) as e:
+        SchedulerConfig(**{field: value})  # type: ignore[arg-type]
+    assert "\n" not in str(e.value) and f"SchedulerConfig.{field}" in str(e.value)
+    SchedulerConfig(profile_gpus=0.0, release_grace_s=0.0, max_failures=0, profile_samples=8)  # edges pass
+
+
 @pytest.mark.parametrize("bad", [-5.0, float("nan"), float("inf")])
 def test_a_pinned_restart_cost_the_policy_cannot_price_fails_in_one_line(bad: float) -> None:
     with pytest.raises(ValueError, match=r"SchedulerConfig\.restart_cost_s must be None"):

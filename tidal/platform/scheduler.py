@@ -113,12 +113,27 @@ class SchedulerConfig:
     autoscaling_config: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
-        """A pinned restart cost the policy cannot price with fails here, in one line (a negative
-        one would make every restart look like a gain)."""
+        """Settings the scheduler cannot run with fail here, in one line naming the setting,
+        before an actor starts with them (a negative tick spins the loop; a negative pinned
+        restart cost makes every restart look like a gain to the policy)."""
         r = self.restart_cost_s
         if r is not None and not (0.0 <= r < math.inf):
             raise ValueError(f"SchedulerConfig.restart_cost_s must be None (measured) or seconds >= 0, "
                              f"got {r!r}")
+        for name, lo, strict in (("tick_s", 0.0, True), ("gpu_mem_gib", 0.0, True),
+                                 ("cpus_per_worker", 0.0, True), ("profile_gpus", 0.0, False),
+                                 ("release_grace_s", 0.0, False)):
+            v = getattr(self, name)
+            if (isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v)
+                    or v < lo or (strict and v == lo)):
+                raise ValueError(f"SchedulerConfig.{name} must be a finite number {'>' if strict else '>='} "
+                                 f"{lo:g}, got {v!r}")
+        for name, lo, hi in (("profile_samples", 1, 8), ("profile_steps", 1, None), ("max_failures", 0, None),
+                             ("max_infra_restarts", 0, None), ("max_admission_attempts", 1, None)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v > hi):
+                raise ValueError(f"SchedulerConfig.{name} must be an integer >= {lo}"
+                                 f"{f' and <= {hi}' if hi is not None else ''}, got {v!r}")
 
     def profiling(self) -> ProfileConfig:
         return ProfileConfig(samples=self.profile_samples, steps=self.profile_steps,
