@@ -339,12 +339,14 @@ def current_index(job: JobView) -> int | None:
 
 
 def _choose_counts(jobs: list[JobView], capacity: int, fixed: Mapping[str, int | None],
-                   cfg: PolicyConfig, now: float, lent: int = 0, risk: float = 1.0,
+                   floors: Mapping[str, int | None], cfg: PolicyConfig, now: float,
+                   lent: int = 0, risk: float = 1.0,
                    kept: Mapping[str, int] | None = None,
                    owned_held: Mapping[str, int] | None = None, movable: int = 0
                    ) -> tuple[dict[str, int | None], dict[str, str]]:
     """Phases 1-2: an option index per job (None = waits) within `capacity` owned GPUs plus
     `lent` recallable ones (priced by `risk`, module docstring). `jobs` come in arrival order;
+    `floors`: each job's `guarantee_index` (`_decide` computes them once for all its rounds);
     `fixed` jobs take exactly their index; `kept` jobs at least theirs (they may grow).
     `owned_held`: owned GPUs each running job holds now (admission control: a waiting guaranteed
     job does not take those of running best-effort jobs, under `admission_preempts="later"` of
@@ -363,11 +365,13 @@ def _choose_counts(jobs: list[JobView], capacity: int, fixed: Mapping[str, int |
     # floors first: running jobs that keep theirs (admission control: a guaranteed job admitted
     # once is never pushed out by one that arrived earlier but waited), then waiting guaranteed
     # jobs by the objective's value per GPU of their floor, highest first (`_admission_order`)
-    rank = _admission_order([j for j in jobs if j.guarantee is not None and j.current is None
-                             and j.job_id not in fixed and j.job_id not in kept], cfg, now)
+    rank = _admission_order([(j, gi) for j in jobs if j.guarantee is not None and j.current is None
+                             and j.job_id not in fixed and j.job_id not in kept
+                             and (gi := floors[j.job_id]) is not None], cfg, now)
+    # (not a floor-holder, waits, admission rank: the rest after the ranked ones, arrival, id)
     order = sorted((j for j in jobs if j.job_id not in fixed),
-                   key=lambda j: (j.guarantee is None and j.job_id not in kept,
-                                  j.current is None, rank.get(j.job_id, len(rank)), j.arrival, j.job_id))
+                   key=lambda j: (j.guarantee is None and j.job_id not in kept, j.current is None,
+                                  j.job_id not in rank, rank.get(j.job_id, 0), j.arrival, j.job_id))
     # owned GPUs running best-effort jobs hold that admission may not take (their smallest
     # options), by arrival: under "later" a waiting guaranteed job leaves those of earlier
     # arrivals alone, under "none" all of them
@@ -384,7 +388,7 @@ def _choose_counts(jobs: list[JobView], capacity: int, fixed: Mapping[str, int |
     for j in order:  # phase 1: floors
         if j.guarantee is None and j.job_id not in kept:
             break  # `order` puts the best-effort jobs that are not kept last: no floor among them
-        gi = guarantee_index(j, cfg.guarantee_margin)
+        gi = floors[j.job_id]
         if j.job_id in kept:  # worn out by restarts: keeps what it runs (and its guarantee)
             f = max(kept[j.job_id], gi or 0)
             choice[j.job_id], floor[j.job_id] = f, f
@@ -420,18 +424,18 @@ def _choose_counts(jobs: list[JobView], capacity: int, fixed: Mapping[str, int |
     return choice, reasons
 
 
-def _admission_order(waiting: list[JobView], cfg: PolicyConfig, now: float) -> dict[str, int]:
+def _admission_order(floors: list[tuple[JobView, int]], cfg: PolicyConfig, now: float) -> dict[str, int]:
     """The order in which phase 1 admits waiting guaranteed jobs: by u_j(f_j) / g_j(f_j), the
     objective's value per GPU of the job's floor f_j, highest first (Smith's rule, the order in
     which the knapsack would rank them; ties by arrival). Not by arrival: on
     benchmarks/sim_sweep.py's workload-base-sla50 a guaranteed llama30 job that had waited since
     22,895 s took 48 of the 64 GPUs for 8,000 s the moment they were free, while ~30 guaranteed
     jobs of 1-16 GPUs that arrived later waited behind it. Aging keeps the wide ones from
-    starving: their weight grows without bound against the jobs that keep arriving. A job with
-    no floor (none reaches its guarantee) ranks last; phase 1 gives it none anyway."""
+    starving: their weight grows without bound against the jobs that keep arriving. `floors`:
+    the waiting jobs with their floors f_j; a job with none (no option reaches its guarantee) is
+    absent, ranks last, and phase 1 gives it none anyway."""
     import numpy as np
 
-    floors = [(j, gi) for j in waiting if (gi := guarantee_index(j, cfg.guarantee_margin)) is not None]
     if not floors:
         return {}
     _, u, starts = flat_utilities([j for j, _ in floors], now, cfg)
@@ -895,8 +899,11 @@ def _decide(snapshot: Snapshot) -> Decision:
     unplaceable: dict[str, str] = {}
     pinned = frozenset(frozen) | frozenset(kept)
     running_ids = {j.job_id for j in running}
+    # each job's floor, computed once for every round below (`guarantee_index`: 0 without a
+    # guarantee, None where no option reaches it), and the GPUs of the guaranteed jobs' floors
+    floor_at = {j.job_id: guarantee_index(j, cfg.guarantee_margin) for j in jobs}
     floors = {j.job_id: j.options[gi].gpus for j in jobs
-              if j.guarantee is not None and (gi := guarantee_index(j, cfg.guarantee_margin)) is not None}
+              if j.guarantee is not None and (gi := floor_at[j.job_id]) is not None}
     prefix = _owned_prefix(snapshot.nodes)
     # waiting guaranteed floors by GPU count, with the fewest nodes each needs (non-decreasing in
     # the count: those of at least g GPUs on as many nodes as g are one run from g on); built the
@@ -911,7 +918,7 @@ def _decide(snapshot: Snapshot) -> Decision:
     movable = lent - sum(j.current.gpus - owned_held[j.job_id] for j in running if j.current is not None)
     while True:
         new_choice, reasons = _choose_counts(jobs, capacity, {**frozen, **dict.fromkeys(unplaceable)},
-                                             cfg, snapshot.now, lent=lent, risk=risk,
+                                             floor_at, cfg, snapshot.now, lent=lent, risk=risk,
                                              kept={k: v for k, v in kept.items() if k not in unplaceable},
                                              owned_held=owned_held, movable=max(0, movable))
         reasons = {**reasons, **unplaceable}
