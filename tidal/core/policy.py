@@ -339,14 +339,14 @@ def current_index(job: JobView) -> int | None:
 
 
 def _choose_counts(jobs: list[JobView], capacity: int, fixed: Mapping[str, int | None],
-                   floors: Mapping[str, int | None], cfg: PolicyConfig, now: float,
+                   floor_at: Mapping[str, int | None], cfg: PolicyConfig, now: float,
                    lent: int = 0, risk: float = 1.0,
                    kept: Mapping[str, int] | None = None,
                    owned_held: Mapping[str, int] | None = None, movable: int = 0
                    ) -> tuple[dict[str, int | None], dict[str, str]]:
     """Phases 1-2: an option index per job (None = waits) within `capacity` owned GPUs plus
     `lent` recallable ones (priced by `risk`, module docstring). `jobs` come in arrival order;
-    `floors`: each job's `guarantee_index` (`_decide` computes them once for all its rounds);
+    `floor_at`: each job's `guarantee_index` (`_decide` computes them once for all its rounds);
     `fixed` jobs take exactly their index; `kept` jobs at least theirs (they may grow).
     `owned_held`: owned GPUs each running job holds now (admission control: a waiting guaranteed
     job does not take those of running best-effort jobs, under `admission_preempts="later"` of
@@ -367,7 +367,7 @@ def _choose_counts(jobs: list[JobView], capacity: int, fixed: Mapping[str, int |
     # jobs by the objective's value per GPU of their floor, highest first (`_admission_order`)
     rank = _admission_order([(j, gi) for j in jobs if j.guarantee is not None and j.current is None
                              and j.job_id not in fixed and j.job_id not in kept
-                             and (gi := floors[j.job_id]) is not None], cfg, now)
+                             and (gi := floor_at[j.job_id]) is not None], cfg, now)
     # (not a floor-holder, waits, admission rank: the rest after the ranked ones, arrival, id)
     order = sorted((j for j in jobs if j.job_id not in fixed),
                    key=lambda j: (j.guarantee is None and j.job_id not in kept, j.current is None,
@@ -388,7 +388,7 @@ def _choose_counts(jobs: list[JobView], capacity: int, fixed: Mapping[str, int |
     for j in order:  # phase 1: floors
         if j.guarantee is None and j.job_id not in kept:
             break  # `order` puts the best-effort jobs that are not kept last: no floor among them
-        gi = floors[j.job_id]
+        gi = floor_at[j.job_id]
         if j.job_id in kept:  # worn out by restarts: keeps what it runs (and its guarantee)
             f = max(kept[j.job_id], gi or 0)
             choice[j.job_id], floor[j.job_id] = f, f
@@ -424,26 +424,26 @@ def _choose_counts(jobs: list[JobView], capacity: int, fixed: Mapping[str, int |
     return choice, reasons
 
 
-def _admission_order(floors: list[tuple[JobView, int]], cfg: PolicyConfig, now: float) -> dict[str, int]:
+def _admission_order(waiting: list[tuple[JobView, int]], cfg: PolicyConfig, now: float) -> dict[str, int]:
     """The order in which phase 1 admits waiting guaranteed jobs: by u_j(f_j) / g_j(f_j), the
     objective's value per GPU of the job's floor f_j, highest first (Smith's rule, the order in
     which the knapsack would rank them; ties by arrival). Not by arrival: on
     benchmarks/sim_sweep.py's workload-base-sla50 a guaranteed llama30 job that had waited since
     22,895 s took 48 of the 64 GPUs for 8,000 s the moment they were free, while ~30 guaranteed
     jobs of 1-16 GPUs that arrived later waited behind it. Aging keeps the wide ones from
-    starving: their weight grows without bound against the jobs that keep arriving. `floors`:
+    starving: their weight grows without bound against the jobs that keep arriving. `waiting`:
     the waiting jobs with their floors f_j; a job with none (no option reaches its guarantee) is
     absent, ranks last, and phase 1 gives it none anyway."""
     import numpy as np
 
-    if not floors:
+    if not waiting:
         return {}
-    _, u, starts = flat_utilities([j for j, _ in floors], now, cfg)
-    n = len(floors)
-    at = starts + np.fromiter((gi for _, gi in floors), dtype=np.int64, count=n)
-    density = u[at] / np.fromiter((j.options[gi].gpus for j, gi in floors), dtype=np.float64, count=n)
-    ranked = sorted(range(n), key=lambda k: (-float(density[k]), floors[k][0].arrival, floors[k][0].job_id))
-    return {floors[k][0].job_id: r for r, k in enumerate(ranked)}
+    _, u, starts = flat_utilities([j for j, _ in waiting], now, cfg)
+    n = len(waiting)
+    at = starts + np.fromiter((gi for _, gi in waiting), dtype=np.int64, count=n)
+    density = u[at] / np.fromiter((j.options[gi].gpus for j, gi in waiting), dtype=np.float64, count=n)
+    ranked = sorted(range(n), key=lambda k: (-float(density[k]), waiting[k][0].arrival, waiting[k][0].job_id))
+    return {waiting[k][0].job_id: r for r, k in enumerate(ranked)}
 
 
 def _rows(lens: Any) -> tuple[Any, Any, Any]:
@@ -902,8 +902,8 @@ def _decide(snapshot: Snapshot) -> Decision:
     # each job's floor, computed once for every round below (`guarantee_index`: 0 without a
     # guarantee, None where no option reaches it), and the GPUs of the guaranteed jobs' floors
     floor_at = {j.job_id: guarantee_index(j, cfg.guarantee_margin) for j in jobs}
-    floors = {j.job_id: j.options[gi].gpus for j in jobs
-              if j.guarantee is not None and (gi := floor_at[j.job_id]) is not None}
+    floor_gpus = {j.job_id: j.options[gi].gpus for j in jobs
+                  if j.guarantee is not None and (gi := floor_at[j.job_id]) is not None}
     prefix = _owned_prefix(snapshot.nodes)
     # waiting guaranteed floors by GPU count, with the fewest nodes each needs (non-decreasing in
     # the count: those of at least g GPUs on as many nodes as g are one run from g on); built the
@@ -934,10 +934,10 @@ def _decide(snapshot: Snapshot) -> Decision:
         # together, not one a round (phase 1 admits them one at a time while its GPU count
         # allows: hundreds of rounds where the free GPUs are fragmented).
         for jid in stuck:
-            if d.reasons.get(jid, "").startswith(SPREAD_REASON) and (g := floors.get(jid)) is not None:
+            if d.reasons.get(jid, "").startswith(SPREAD_REASON) and (g := floor_gpus.get(jid)) is not None:
                 if waiting_floors is None:
-                    waiting_floors = sorted((og, _fewest_nodes(prefix, og), oid) for oid, og in floors.items()
-                                            if oid not in running_ids)
+                    waiting_floors = sorted((og, _fewest_nodes(prefix, og), oid)
+                                            for oid, og in floor_gpus.items() if oid not in running_ids)
                 k = _fewest_nodes(prefix, g)
                 at = bisect.bisect_left(waiting_floors, (g,))
                 for _, ok, oid in itertools.islice(waiting_floors, at, None):
