@@ -405,6 +405,38 @@ def test_an_admitted_guaranteed_job_keeps_its_floor_before_earlier_waiting_ones(
     assert "guarantee needs 4 GPUs" in d.reasons["G1"]
 
 
+def test_an_admitted_guaranteed_job_waiting_again_is_readmitted_before_waiting_ones() -> None:
+    """A guaranteed job stopped for a change of GPUs (the controller decides again once the
+    stop is done: it is QUEUED, `admitted`) keeps its place: it is readmitted before a waiting
+    job that the admission order (value per GPU) would put first. Without `admitted` the same
+    view waits behind the newcomer, which is what stopped running guaranteed jobs."""
+    nodes = (Node(node_id="a", gpus=8),)
+    small = _job("S", 10, [2], [200], guarantee=200.0, remaining_samples=2e4)
+    for admitted, first in ((False, "S"), (True, "W")):
+        wide = _job("W", 0, [8], [800], guarantee=800.0, remaining_samples=1e7, admitted=admitted)
+        d = decide(Snapshot(now=20.0, nodes=nodes, jobs=(wide, small)))
+        assert set(d.allocations) == {first}, (admitted, d.allocations, d.reasons)
+
+
+def test_a_running_job_whose_new_option_cannot_be_placed_keeps_what_it_runs() -> None:
+    """J runs on 2 GPUs of node a; the knapsack grows it to 4 while guaranteed K takes 2. K is
+    placed first, on the 2 GPUs J gave up (best fit); J's 4 GPUs, and its 2, do not fit the CPUs
+    of node b. J keeps what it runs and K goes to b: it had been stopped (a restart, and for a
+    guaranteed job a violation)."""
+    nodes = (Node(node_id="a", gpus=4), Node(node_id="b", gpus=4, cpus=15.0))
+    j_opts = tuple(Option(gpus=n, plan=Plan(dp=n, micro_batch=8 // n), samples_per_s=s, cpus_per_gpu=10.0)
+                   for n, s in ((2, 100.0), (4, 300.0)))
+    cur = Allocation(gpus_by_node=(("a", 2),), plan=j_opts[0].plan)
+    j = JobView(job_id="J", arrival=0.0, options=j_opts, current=cur, remaining_samples=1e7)
+    x_cur = Allocation(gpus_by_node=(("a", 2),), plan=Plan(dp=2, micro_batch=4))
+    x = _job("X", 1, [2], [100], current=x_cur, remaining_samples=1e7)
+    k = _job("K", 2, [2], [100], guarantee=100.0, remaining_samples=1e7)
+    d = decide(Snapshot(nodes=nodes, jobs=(j, x, k)))
+    assert d.allocations["J"] == cur and d.allocations["X"] == x_cur, d.allocations
+    assert d.allocations["K"].gpus_by_node == (("b", 2),)
+    assert d.changed == ()
+
+
 def test_waiting_guaranteed_jobs_are_admitted_by_value_per_gpu_and_the_wide_ones_age_in() -> None:
     """Phase 1 admits waiting guaranteed jobs by u(floor) / GPUs(floor), not by arrival: a short
     2-GPU job that arrived later goes before a long 8-GPU one (by arrival the wide one would take

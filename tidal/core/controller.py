@@ -7,7 +7,8 @@ The controller sees the jobs the policy schedules: QUEUED, RUNNING or STOPPING (
     2. decision = policy(snapshot);
     3. running jobs the decision changes (new GPUs, new plan, or preempted)  →  stop them
        (checkpoint at the next step boundary); they come back QUEUED once stopped, and the
-       next step decides again with their GPUs free;
+       next step decides again with their GPUs free (a guaranteed job keeps its admission
+       meanwhile: `JobView.admitted`);
     4. nothing to stop  →  launch every queued job the decision allocates, on exactly the
        GPUs it names.
 

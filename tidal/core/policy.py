@@ -55,8 +55,12 @@ case: 0.743.)
    59,031), at a price in JCT where half the jobs are guaranteed (0.882 → 0.700 of Rubick's
    there: guaranteed jobs hold the GPUs they asked for). Admission
    control: running guaranteed jobs keep theirs before any waiting one is admitted (a job that
-   arrived earlier but waited never pushes out one admitted since), then waiting ones, by the
-   objective's value per GPU of their floors (`_admission_order`: Smith's rule; it was arrival
+   arrived earlier but waited never pushes out one admitted since), and so do those admitted
+   before that wait for a relaunch (`JobView.admitted`: the controller stops a job whose GPUs
+   change and decides again; as a newcomer in the admission order below, a guaranteed job
+   stopped to grow lost its place to smaller ones, and stayed stopped: on
+   benchmarks/sim_sweep.py's workload-base-sla50, seed 0, four jobs for 2,940 s), then waiting
+   ones, by the objective's value per GPU of their floors (`_admission_order`: Smith's rule; it was arrival
    order, and a wide guaranteed job took the GPUs dozens of small ones waited for), while owned
    GPUs remain that neither floors nor running best-effort jobs hold (their smallest options:
    admission shrinks running jobs and never stops one, as in Rubick); a guaranteed job that
@@ -210,6 +214,11 @@ class JobView:
     restart_cost_s: float = 30.0
     remaining_samples: float = float("inf")
     attained_gpu_s: float = 0.0  # GPU-seconds held so far (least-attained-service baselines)
+    # the job has run since it was submitted. A guaranteed job admitted once keeps its place
+    # while it waits again, e.g. between the stop and the relaunch of a change of GPUs or plan
+    # (`tidal.core.controller` decides again once the stop is done): phase 1 readmits it with
+    # the running ones, before any waiting job
+    admitted: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -362,15 +371,18 @@ def _choose_counts(jobs: list[JobView], capacity: int, fixed: Mapping[str, int |
         choice[jid] = idx
         if idx is not None:
             free -= by_id[jid].options[idx].gpus
-    # floors first: running jobs that keep theirs (admission control: a guaranteed job admitted
-    # once is never pushed out by one that arrived earlier but waited), then waiting guaranteed
-    # jobs by the objective's value per GPU of their floor, highest first (`_admission_order`)
-    rank = _admission_order([(j, gi) for j in jobs if j.guarantee is not None and j.current is None
+    # floors first: jobs past admission keep theirs (running ones, and guaranteed ones admitted
+    # before that wait again, `JobView.admitted`: stopped for a change of GPUs or requeued after
+    # a failure; a guaranteed job admitted once is never pushed out by one that arrived earlier
+    # but waited), then waiting guaranteed jobs by the objective's value per GPU of their floor,
+    # highest first (`_admission_order`)
+    admitted = {j.job_id for j in jobs if j.current is not None or (j.admitted and j.guarantee is not None)}
+    rank = _admission_order([(j, gi) for j in jobs if j.guarantee is not None and j.job_id not in admitted
                              and j.job_id not in fixed and j.job_id not in kept
                              and (gi := floor_at[j.job_id]) is not None], cfg, now)
     # (not a floor-holder, waits, admission rank: the rest after the ranked ones, arrival, id)
     order = sorted((j for j in jobs if j.job_id not in fixed),
-                   key=lambda j: (j.guarantee is None and j.job_id not in kept, j.current is None,
+                   key=lambda j: (j.guarantee is None and j.job_id not in kept, j.job_id not in admitted,
                                   j.job_id not in rank, rank.get(j.job_id, 0), j.arrival, j.job_id))
     # owned GPUs running best-effort jobs hold that admission may not take (their smallest
     # options), by arrival: under "later" a waiting guaranteed job leaves those of earlier
@@ -401,7 +413,8 @@ def _choose_counts(jobs: list[JobView], capacity: int, fixed: Mapping[str, int |
         # a waiting job is admitted around the running best-effort jobs' GPUs (module docstring):
         # all of them, or under "later" those that arrived before it
         spared = j.arrival if cfg.admission_preempts == "later" else math.inf
-        held = max(0, held_sum[bisect.bisect_left(held_at, spared)] - movable) if j.current is None else 0
+        held = (max(0, held_sum[bisect.bisect_left(held_at, spared)] - movable)
+                if j.job_id not in admitted else 0)
         if need <= free - held:
             choice[j.job_id], floor[j.job_id] = gi, gi
             free -= need
@@ -897,8 +910,15 @@ def _decide(snapshot: Snapshot) -> Decision:
     # benchmarks/sim_sweep.py: 48 of 64 GPUs for hours, while four guaranteed jobs too big for
     # the free nodes were dropped one per round).
     unplaceable: dict[str, str] = {}
+    # A running job whose new option placement cannot host keeps what it runs (its own GPUs are
+    # placed first when it stays), and the knapsack runs again with it there. It used to wait
+    # instead: a running job whose growth found no room, once the jobs placed before it (larger
+    # first) had taken the GPUs it gave up, was stopped, with a restart, and a guaranteed one
+    # below its guarantee (tests/core/test_policy.py has the case).
+    stay: dict[str, int] = {}
     pinned = frozenset(frozen) | frozenset(kept)
     running_ids = {j.job_id for j in running}
+    current_by_id = {j.job_id: i for j in running if (i := current_index(j)) is not None}
     # each job's floor, computed once for every round below (`guarantee_index`: 0 without a
     # guarantee, None where no option reaches it), and the GPUs of the guaranteed jobs' floors
     floor_at = {j.job_id: guarantee_index(j, cfg.guarantee_margin) for j in jobs}
@@ -917,9 +937,10 @@ def _decide(snapshot: Snapshot) -> Decision:
     # move there (`place`), so admission counts them against what running best-effort jobs hold
     movable = lent - sum(j.current.gpus - owned_held[j.job_id] for j in running if j.current is not None)
     while True:
-        new_choice, reasons = _choose_counts(jobs, capacity, {**frozen, **dict.fromkeys(unplaceable)},
+        new_choice, reasons = _choose_counts(jobs, capacity, {**frozen, **stay, **dict.fromkeys(unplaceable)},
                                              floor_at, cfg, snapshot.now, lent=lent, risk=risk,
-                                             kept={k: v for k, v in kept.items() if k not in unplaceable},
+                                             kept={k: v for k, v in kept.items()
+                                                   if k not in unplaceable and k not in stay},
                                              owned_held=owned_held, movable=max(0, movable))
         reasons = {**reasons, **unplaceable}
         d = place(snapshot, new_choice, reasons, running=running, pack=True)
@@ -927,7 +948,12 @@ def _decide(snapshot: Snapshot) -> Decision:
                  if i is not None and jid not in d.allocations and jid not in frozen]
         if not stuck:
             break
-        unplaceable.update({jid: d.reasons.get(jid, "waiting: cannot be placed") for jid in stuck})
+        for jid in stuck:
+            if jid in running_ids and jid not in stay:
+                stay[jid] = current_by_id[jid]
+            else:  # a running job stuck again where it stays (its GPUs are gone): it waits
+                unplaceable[jid] = d.reasons.get(jid, "waiting: cannot be placed")
+        stuck = [jid for jid in stuck if jid in unplaceable]
         # A guaranteed floor of g GPUs that found no k = fewest_nodes(g) nodes holding it rules
         # out, in this decision, every waiting guaranteed floor of at least g GPUs on the same k
         # nodes (the guaranteed are placed first, so they meet the same free GPUs): dropped

@@ -712,7 +712,8 @@ class Scheduler:
             remaining = float(max(0, spec.total_steps - spent) * spec.global_batch)
             view = JobView(job_id=r.job_id, arrival=r.submitted, options=r.options, guarantee=r.guarantee,
                            requested=self._requested(r), current=current, restarts=r.restarts,
-                           restart_cost_s=restart_s, remaining_samples=remaining)
+                           restart_cost_s=restart_s, remaining_samples=remaining,
+                           admitted=r.run_id is not None)  # launched at least once
             views.append(corrected(view, _correction(r)))
         return views
 

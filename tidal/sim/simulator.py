@@ -224,7 +224,7 @@ class Simulator:
                        current=job.alloc if job.phase is JobState.RUNNING else None,
                        restarts=job.restarts, restart_cost_s=self.cfg.restart_s,
                        remaining_samples=max(0.0, job.spec.steps - job.iters) * b,
-                       attained_gpu_s=job.attained)
+                       attained_gpu_s=job.attained, admitted=job.started is not None)
         return corrected(view, job.correction)
 
     def _rate(self, job: _Job, alloc: Allocation) -> float:
