@@ -917,8 +917,7 @@ def _decide(snapshot: Snapshot) -> Decision:
     # below its guarantee (tests/core/test_policy.py has the case).
     stay: dict[str, int] = {}
     pinned = frozenset(frozen) | frozenset(kept)
-    running_ids = {j.job_id for j in running}
-    current_by_id = {j.job_id: i for j in running if (i := current_index(j)) is not None}
+    running_ids = {j.job_id: j for j in running}  # (`_running`: each has a current option)
     # each job's floor, computed once for every round below (`guarantee_index`: 0 without a
     # guarantee, None where no option reaches it), and the GPUs of the guaranteed jobs' floors
     floor_at = {j.job_id: guarantee_index(j, cfg.guarantee_margin) for j in jobs}
@@ -949,8 +948,8 @@ def _decide(snapshot: Snapshot) -> Decision:
         if not stuck:
             break
         for jid in stuck:
-            if jid in running_ids and jid not in stay:
-                stay[jid] = current_by_id[jid]
+            if jid in running_ids and jid not in stay and (i := current_index(running_ids[jid])) is not None:
+                stay[jid] = i
             else:  # a running job stuck again where it stays (its GPUs are gone): it waits
                 unplaceable[jid] = d.reasons.get(jid, "waiting: cannot be placed")
         stuck = [jid for jid in stuck if jid in unplaceable]
