@@ -47,13 +47,19 @@ case: 0.743.)
    (the guarantee: the throughput of the requested GPUs with the job's own plan; the planner's
    better plan often needs fewer GPUs). The model vouches for that prediction alone, and it
    errs: an option on fewer GPUs than requested is a floor only if predicted to beat the
-   guarantee by `guarantee_margin` (10%), and at the requested count the job's own plan (whose
+   guarantee by `guarantee_margin` (20%), and at the requested count the job's own plan (whose
    throughput *is* the guarantee) replaces the planner's best one unless that is predicted to
    beat it by as much (`guarded`). On benchmarks/sim_sweep.py's 15 workloads, margin 0 left the
    guarantee violation above the Rubick re-implementation's on 3 (all of it over-predicted
    floors); 0.05 on 1; 0.1 on none (workload-base-sla50: 54,821 → 23,847 s against Rubick's
    59,031), at a price in JCT where half the jobs are guaranteed (0.882 → 0.700 of Rubick's
-   there: guaranteed jobs hold the GPUs they asked for). Admission
+   there: guaranteed jobs hold the GPUs they asked for). Later, with admission by value per GPU
+   and guaranteed jobs keeping their admission, 0.2 beat 0.1 on every figure of the sweep over
+   seeds 0-2 (45 workloads, `flat`): worst JCT case 0.931 → 1.066, violation not worse on 44 →
+   45 (syn-r0.5-sla50-large-spread@1: 54,813 → 4,109 s against 52,747), JCT and makespan
+   geomeans equal to the third digit (1.355 / 1.055 both), worst makespan case 0.913 both: a
+   floor over-predicted by 10-20% ran below its guarantee and, where it held a wide job's GPUs,
+   delayed the rest. Admission
    control: running guaranteed jobs keep theirs before any waiting one is admitted (a job that
    arrived earlier but waited never pushes out one admitted since), and so do those admitted
    before that wait for a relaunch (`JobView.admitted`: the controller stops a job whose GPUs
@@ -232,9 +238,10 @@ class PolicyConfig:
     aging_s: float = 300.0
     # an option with fewer GPUs than a guaranteed job requested is its floor only if predicted
     # to reach guarantee · (1 + this): the model errs, and the guarantee is measured against the
-    # truth (the smallest margin that kept every workload of benchmarks/sim_sweep.py within the
-    # Rubick re-implementation's violation; module docstring)
-    guarantee_margin: float = 0.1
+    # truth (0.1 was the smallest margin that kept every workload of benchmarks/sim_sweep.py, seed
+    # 0, within the Rubick re-implementation's violation; 0.2 the best worst case over seeds 0-2:
+    # module docstring)
+    guarantee_margin: float = 0.2
     # phase 5 (module docstring): owned GPUs no job was given go to running jobs whose growth
     # pays its restart over their real remaining work
     grow_into_idle: bool = True
