@@ -57,7 +57,7 @@ case: 0.743.)
    and guaranteed jobs keeping their admission, 0.2 beat 0.1 on every figure of the sweep over
    seeds 0-2 (45 workloads, `flat`): worst JCT case 0.931 → 1.066, violation not worse on 44 →
    45 (syn-r0.5-sla50-large-spread@1: 54,813 → 4,109 s against 52,747), JCT and makespan
-   geomeans equal to the third digit (1.355 / 1.055 both), worst makespan case 0.913 both: a
+   geomeans 1.351 / 1.051 → 1.355 / 1.052, worst makespan case 0.913 both: a
    floor over-predicted by 10-20% ran below its guarantee and, where it held a wide job's GPUs,
    delayed the rest. Admission
    control: running guaranteed jobs keep theirs before any waiting one is admitted (a job that
