@@ -54,11 +54,11 @@ case: 0.743.)
    floors); 0.05 on 1; 0.1 on none (workload-base-sla50: 54,821 → 23,847 s against Rubick's
    59,031), at a price in JCT where half the jobs are guaranteed (0.882 → 0.700 of Rubick's
    there: guaranteed jobs hold the GPUs they asked for). Later, with admission by value per GPU
-   and guaranteed jobs keeping their admission, 0.2 was no worse than 0.1 on any figure of the sweep over
-   seeds 0-2 (45 workloads, `flat`): worst JCT case 0.931 → 1.066, violation not worse on 44 →
-   45 (syn-r0.5-sla50-large-spread@1: 54,813 → 4,109 s against 52,747), JCT and makespan
-   geomeans 1.351 / 1.051 → 1.355 / 1.052, worst makespan case 0.913 both: a
-   floor over-predicted by 10-20% ran below its guarantee and, where it held a wide job's GPUs,
+   and guaranteed jobs keeping their admission, 0.2 was no worse than 0.1 on any figure of the
+   sweep over seeds 0-2 (45 workloads, `flat`): worst JCT case 0.931 → 1.066, violation not
+   worse on 44 → 45 (syn-r0.5-sla50-large-spread@1: 54,813 → 4,109 s against 52,747), JCT and
+   makespan geomeans 1.351 / 1.051 → 1.355 / 1.052, worst makespan case 0.913 both: a floor
+   over-predicted by 10-20% ran below its guarantee and, where it held a wide job's GPUs,
    delayed the rest. Admission
    control: running guaranteed jobs keep theirs before any waiting one is admitted (a job that
    arrived earlier but waited never pushes out one admitted since), and so do those admitted
