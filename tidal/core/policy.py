@@ -924,7 +924,7 @@ def _decide(snapshot: Snapshot) -> Decision:
     # below its guarantee (tests/core/test_policy.py has the case).
     stay: dict[str, int] = {}
     pinned = frozenset(frozen) | frozenset(kept)
-    running_ids = {j.job_id: j for j in running}  # (`_running`: each has a current option)
+    running_by_id = {j.job_id: j for j in running}
     # each job's floor, computed once for every round below (`guarantee_index`: 0 without a
     # guarantee, None where no option reaches it), and the GPUs of the guaranteed jobs' floors
     floor_at = {j.job_id: guarantee_index(j, cfg.guarantee_margin) for j in jobs}
@@ -955,7 +955,8 @@ def _decide(snapshot: Snapshot) -> Decision:
         if not stuck:
             break
         for jid in stuck:
-            if jid in running_ids and jid not in stay and (i := current_index(running_ids[jid])) is not None:
+            if (jid in running_by_id and jid not in stay
+                    and (i := current_index(running_by_id[jid])) is not None):
                 stay[jid] = i
             else:  # a running job stuck again where it stays (its GPUs are gone): it waits
                 unplaceable[jid] = d.reasons.get(jid, "waiting: cannot be placed")
@@ -969,7 +970,7 @@ def _decide(snapshot: Snapshot) -> Decision:
             if d.reasons.get(jid, "").startswith(SPREAD_REASON) and (g := floor_gpus.get(jid)) is not None:
                 if waiting_floors is None:
                     waiting_floors = sorted((og, _fewest_nodes(prefix, og), oid)
-                                            for oid, og in floor_gpus.items() if oid not in running_ids)
+                                            for oid, og in floor_gpus.items() if oid not in running_by_id)
                 k = _fewest_nodes(prefix, g)
                 at = bisect.bisect_left(waiting_floors, (g,))
                 for _, ok, oid in itertools.islice(waiting_floors, at, None):
