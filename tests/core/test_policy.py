@@ -752,3 +752,22 @@ def test_no_growth_into_idle_gpus_while_the_decision_borrows() -> None:
     assert decide(Snapshot(nodes=(own,), jobs=(_lone(1e7),))).allocations["A"].gpus == 8
     d = decide(Snapshot(nodes=(own, lent), jobs=(_lone(1e7), other)))
     assert d.allocations["L"] == on_lent and d.allocations["A"].gpus == 2 and d.changed == ()
+
+
+@pytest.mark.parametrize("how", ["finishing", "kept"])
+def test_a_job_that_stays_on_lent_gpus_leaves_the_owned_ones_to_admission(how: str) -> None:
+    """B runs on lent GPUs and stays where it is (no work left, or restarted `max_restarts`
+    times); G (guaranteed) needs every owned GPU. B's GPUs are lent ones, so G is admitted.
+    Counting B's GPUs against the owned ones kept G waiting beside idle owned GPUs (on
+    benchmarks/loan_compare.py's workload-base-sla50 dozens of small guaranteed jobs waited
+    "needs 2 GPUs, 1 free" with 10 owned GPUs idle)."""
+    own = Node(node_id="own", gpus=4)
+    lent = Node(node_id="lent", gpus=4, recallable=True, pool="inference", recall_risk=0.1)
+    on_lent = Allocation(gpus_by_node=(("lent", 4),), plan=Plan(dp=4, micro_batch=2))
+    kw: dict[str, object] = ({"remaining_samples": 0.0} if how == "finishing"
+                             else {"remaining_samples": 1e6, "restarts": PolicyConfig().max_restarts})
+    b = _job("B", 0, [2, 4], [200.0, 400.0], current=on_lent, restart_cost_s=30, **kw)
+    g = _job("G", 10, [4], [400.0], guarantee=400.0, remaining_samples=1e6, restart_cost_s=30)
+    d = decide(Snapshot(now=20.0, nodes=(own, lent), jobs=(b, g)))
+    assert d.allocations["B"] == on_lent
+    assert d.allocations["G"].gpus_by_node == (("own", 4),), d.reasons.get("G")
