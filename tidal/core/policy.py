@@ -376,25 +376,22 @@ def _choose_counts(jobs: list[JobView], capacity: int, fixed: Mapping[str, int |
     free = capacity  # owned GPUs left (negative: floors and kept jobs exceed them)
     held_lent = 0  # lent GPUs that fixed and kept jobs go on holding where they run
 
-    def hold(jid: str, idx: int) -> int:
-        """Owned GPUs a job fixed or kept at option `idx` takes from `free`: where it stays on
-        what it runs, only the owned part of that; its lent GPUs stay lent (`held_lent`).
-        Counting all of them as owned, as this did first, kept guaranteed jobs waiting beside
+    def split(jid: str, idx: int) -> tuple[int, int]:
+        """(owned, lent) GPUs a job fixed or kept at option `idx` takes: where it stays on the
+        GPUs it runs on, their owned and lent parts; otherwise all of them from the owned ones.
+        Counting its lent GPUs as owned, as this did first, kept guaranteed jobs waiting beside
         idle owned GPUs: on `benchmarks/loan_compare.py --family`'s workload-base-sla50, 35
         waited ("needs 2 GPUs, 1 free") with 10 owned GPUs idle while best-effort jobs kept at
         `max_restarts` sat on 10 lent ones, and the loans' JCT speedup there was 0.827 (0.916 after)."""
-        nonlocal held_lent
-        g = by_id[jid].options[idx].gpus
-        own = owned_held.get(jid) if owned_held else None
-        if own is None or idx != current_index(by_id[jid]):
-            return g
-        held_lent += g - own
-        return own
+        g, cur = by_id[jid].options[idx].gpus, by_id[jid].current
+        held = owned_held.get(jid) if owned_held else None
+        return (g, 0) if held is None or cur is None or g != cur.gpus else (held, g - held)
 
     for jid, idx in fixed.items():
         choice[jid] = idx
         if idx is not None:
-            free -= hold(jid, idx)
+            on_owned, on_lent = split(jid, idx)
+            free, held_lent = free - on_owned, held_lent + on_lent
     # floors first: jobs past admission keep theirs (running ones, and guaranteed ones admitted
     # before that wait again, `JobView.admitted`: stopped for a change of GPUs or requeued after
     # a failure; a guaranteed job admitted once is never pushed out by one that arrived earlier
@@ -428,7 +425,8 @@ def _choose_counts(jobs: list[JobView], capacity: int, fixed: Mapping[str, int |
         if j.job_id in kept:  # worn out by restarts: keeps what it runs (and its guarantee)
             f = max(kept[j.job_id], gi or 0)
             choice[j.job_id], floor[j.job_id] = f, f
-            free -= hold(j.job_id, f)
+            on_owned, on_lent = split(j.job_id, f)
+            free, held_lent = free - on_owned, held_lent + on_lent
             continue
         if gi is None:
             reasons[j.job_id] = "no option reaches its guarantee"
