@@ -680,6 +680,23 @@ def test_a_lone_long_job_grows_into_idle_gpus() -> None:
                            config=PolicyConfig(grow_into_idle=False))).changed == ()
 
 
+def test_a_worn_job_grows_once_it_has_settled() -> None:
+    """Past half its restart allowance a job grows into idle GPUs only after `settle_s` on its
+    allocation, and only while the growth and a shrink that might undo it both fit in the
+    allowance (a job worn out by restarts keeps at least what it runs: it must not be kept at
+    a growth)."""
+    nodes = (Node(node_id="a", gpus=8),)
+    cfg = PolicyConfig(max_restarts=20, settle_s=2400.0)
+
+    def grows(restarts: int, running_s: float) -> bool:
+        job = _lone(1e7, restarts=restarts, running_s=running_s)
+        return decide(Snapshot(nodes=nodes, jobs=(job,), config=cfg)).changed == ("A",)
+
+    assert grows(10, 2400.0) and grows(18, 5000.0)
+    assert not grows(10, 2399.0)  # not settled yet
+    assert not grows(19, 5000.0)  # a shrink after the growth would leave it kept at 8 GPUs
+
+
 def test_idle_growth_never_takes_gpus_a_waiting_job_could_use() -> None:
     """B waits for 4 GPUs; the knapsack gives them to it before any growth, so A does not grow
     into them (growth takes only what the decision leaves idle)."""
@@ -698,6 +715,7 @@ def test_idle_growth_never_takes_gpus_a_waiting_job_could_use() -> None:
     ("guarantee_margin", -0.1, "guarantee_margin must be >= 0"),
     ("admission_preempts", "all", "admission_preempts must be 'none', 'later' or 'any'"),
     ("aging_width_cap", 0.5, "aging_width_cap must be >= 1"),
+    ("settle_s", -1.0, "settle_s must be >= 0"),
     ("aging_width_cap", float("nan"), "aging_width_cap must be >= 1"),
 ])
 def test_bad_policy_config_fails_in_one_line_naming_the_setting(field: str, value: object, says: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -70,6 +71,36 @@ def test_tidal_beats_the_black_box_baseline(world: tuple[Truth, SimPlanner, list
     tidal = Simulator(jobs, truth, planner, POLICIES["tidal"], CFG).run().metrics
     fifo = Simulator(jobs, truth, planner, POLICIES["fifo_static"], CFG).run().metrics
     assert tidal["avg_jct_s"] < fifo["avg_jct_s"] and tidal["makespan_s"] <= fifo["makespan_s"]
+
+
+def test_the_policy_sees_how_long_each_job_has_run_on_its_allocation(
+        world: tuple[Truth, SimPlanner, list[SimJob]]) -> None:
+    """`JobView.running_s` (phase 5's settle rule) is the time since the job's last launch, as
+    the simulator's own action log has it, and 0 for a job that does not run."""
+    truth, planner, jobs = world
+    seen: list[Snapshot] = []
+
+    def watch(snap: Snapshot) -> Decision:
+        seen.append(snap)
+        return POLICIES["tidal"].decide(snap)
+
+    r = Simulator(jobs, truth, planner, replace(POLICIES["tidal"], decide=watch), CFG).run()
+    launches: dict[str, list[float]] = {}
+    for t, kind, jid, _, _ in r.actions:
+        if kind == "launch":
+            launches.setdefault(jid, []).append(t)
+    settled = 0
+    for snap in seen:
+        for j in snap.jobs:
+            if j.current is None:
+                assert j.running_s == 0.0
+                continue
+            # a round that launches at `now` decides again at `now`: before or after that launch
+            since = {snap.now - max((t for t in launches[j.job_id] if t <= snap.now), default=-1.0),
+                     snap.now - max((t for t in launches[j.job_id] if t < snap.now), default=-1.0)}
+            assert any(j.running_s == pytest.approx(x) for x in since)
+            settled += j.running_s > 0
+    assert settled > 0
 
 
 def test_an_over_allocating_policy_is_caught(world: tuple[Truth, SimPlanner, list[SimJob]]) -> None:

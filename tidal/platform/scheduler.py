@@ -174,6 +174,9 @@ class Scheduler:
         # each stop asked for (a restarted actor measures again)
         self.restart = RestartCost()
         self.launched: dict[str, float] = {}
+        # when each job's current run was launched (`JobView.running_s`; a restarted actor's
+        # jobs are QUEUED until it launches them again)
+        self.since: dict[str, float] = {}
         self.stopping: dict[str, float] = {}
         self._incarnation = uuid.uuid4().hex  # this actor's life: a restart is another
         self._recover()
@@ -622,6 +625,7 @@ class Scheduler:
             jid, rec = ended.job_id, recs[ended.job_id]
             self.observed.pop(jid, None)
             self.launched.pop(jid, None)
+            self.since.pop(jid, None)
             asked = self.stopping.pop(jid, None)
             if asked is not None and ended.result is not None and not ended.result.finished:
                 self.restart = self.restart.observe(stop_s=time.time() - asked)  # stopped as asked
@@ -700,19 +704,22 @@ class Scheduler:
         views = []
         restart_s = self._restart_cost_s()
         self.metrics.restart_s.set(restart_s)
+        now = time.time()
         for r in recs:
             spec = self._spec(r)
             current = None
+            running_s = 0.0
             if r.state is JobState.RUNNING and r.allocation and r.plan:
                 current = Allocation(gpus_by_node=tuple((n, int(g)) for n, g in r.allocation),
                                      plan=Plan.from_dict(r.plan))
+                running_s = max(0.0, now - self.since.get(r.job_id, now))
             # the work left, in the budget's steps (an AutoLRS job's probes spend it too; a running
             # job's figure is the one `_collect` read from its run this tick)
             spent = compute_steps(r, None, self.spent)
             remaining = float(max(0, spec.total_steps - spent) * spec.global_batch)
             view = JobView(job_id=r.job_id, arrival=r.submitted, options=r.options, guarantee=r.guarantee,
                            requested=self._requested(r), current=current, restarts=r.restarts,
-                           restart_cost_s=restart_s, remaining_samples=remaining,
+                           restart_cost_s=restart_s, running_s=running_s, remaining_samples=remaining,
                            admitted=r.run_id is not None)  # launched at least once
             views.append(corrected(view, _correction(r)))
         return views
@@ -758,7 +765,7 @@ class Scheduler:
                 r = by_id[jid]
                 run_id = f"{jid}-r{r.restarts}"
                 self.executor.launch(jid, self._spec(r), a, r.checkpoint, run_id)
-                self.launched[jid] = time.time()
+                self.launched[jid] = self.since[jid] = time.time()
                 sps = self._predicted(r, a)
                 self.store.transition(jid, JobState.RUNNING,
                                       f"launched {a.plan.short()} on {dict(a.gpus_by_node)}",

@@ -136,6 +136,7 @@ class _Job:
     iters: float = 0.0
     blocked_until: float = 0.0
     started: float | None = None
+    launched: float = 0.0  # when it was last launched
     finished: float | None = None
     restarts: int = 0  # the policy's own (what its restart limit counts)
     recalls: int = 0  # restarts forced by a reclaim of lent GPUs (tidal.sim.serving)
@@ -217,12 +218,13 @@ class Simulator:
             floor = 1.0 / self.truth.plan_time(j.app, requested.plan, per_node)
         return _Job(spec=j, options=options, guarantee=guarantee, true_floor=floor, requested=requested)
 
-    def _view(self, job: _Job) -> JobView:
+    def _view(self, job: _Job, t: float) -> JobView:
         b = self.truth.global_batch(job.spec.app)
         view = JobView(job_id=job.spec.name, arrival=job.spec.submit, options=job.options,
                        guarantee=job.guarantee, requested=job.requested,
                        current=job.alloc if job.phase is JobState.RUNNING else None,
                        restarts=job.restarts, restart_cost_s=self.cfg.restart_s,
+                       running_s=t - job.launched if job.phase is JobState.RUNNING else 0.0,
                        remaining_samples=max(0.0, job.spec.steps - job.iters) * b,
                        attained_gpu_s=job.attained, admitted=job.started is not None)
         return corrected(view, job.correction)
@@ -252,7 +254,7 @@ class Simulator:
         takes effect at once: the next step decides again."""
         for _ in range(4):
             phases = {k: j.phase for k, j in active.items()}
-            snap = Snapshot(now=t, nodes=self._nodes(), jobs=tuple(self._view(j) for j in active.values()),
+            snap = Snapshot(now=t, nodes=self._nodes(), jobs=tuple(self._view(j, t) for j in active.values()),
                             config=self.cfg.policy)
             t0 = time.perf_counter()
             actions = reconcile_step(snap, phases, self.policy.decide)
@@ -266,6 +268,7 @@ class Simulator:
                 job = active[jid]
                 job.phase, job.alloc, job.rate = JobState.RUNNING, alloc, self._rate(job, alloc)
                 job.blocked_until = t + self.cfg.restart_s
+                job.launched = t
                 if job.started is None:
                     job.started = t
                 elif job.evicted:  # relaunched after a reclaim evicted it: Serve's restart, not the policy's
