@@ -170,13 +170,11 @@ class Scheduler:
         self.node_request_failed_at = float("-inf")  # when sending it last failed
         self.observed: dict[str, float] = {}  # job → when its run's throughput was last observed
         self.spent: dict[str, tuple[str, int, bool]] = {}  # `compute_steps`' memory
-        # the restart cost measured from this actor's runs, and when each run was launched and
-        # each stop asked for (a restarted actor measures again)
+        # the restart cost measured from this actor's runs, and when each run was launched (also
+        # `JobView.running_s`) and each stop asked for (a restarted actor measures again: its
+        # jobs are QUEUED until it launches them)
         self.restart = RestartCost()
         self.launched: dict[str, float] = {}
-        # when each job's current run was launched (`JobView.running_s`; a restarted actor's
-        # jobs are QUEUED until it launches them again)
-        self.since: dict[str, float] = {}
         self.stopping: dict[str, float] = {}
         self._incarnation = uuid.uuid4().hex  # this actor's life: a restart is another
         self._recover()
@@ -611,7 +609,7 @@ class Scheduler:
             compute_steps(recs[jid], p, self.spent)  # remembered for `_views`, without asking the run again
             last = self.observed.get(jid)
             self.observed[jid] = now
-            if (launched := self.launched.pop(jid, None)) is not None:  # the run's first step
+            if last is None and (launched := self.launched.get(jid)) is not None:  # the run's first step
                 self.restart = self.restart.observe(start_s=now - launched)
             if self.cfg.correction is not None and last is not None:  # a run's first report: start-up
                 rec = recs[jid]
@@ -625,7 +623,6 @@ class Scheduler:
             jid, rec = ended.job_id, recs[ended.job_id]
             self.observed.pop(jid, None)
             self.launched.pop(jid, None)
-            self.since.pop(jid, None)
             asked = self.stopping.pop(jid, None)
             if asked is not None and ended.result is not None and not ended.result.finished:
                 self.restart = self.restart.observe(stop_s=time.time() - asked)  # stopped as asked
@@ -712,7 +709,7 @@ class Scheduler:
             if r.state is JobState.RUNNING and r.allocation and r.plan:
                 current = Allocation(gpus_by_node=tuple((n, int(g)) for n, g in r.allocation),
                                      plan=Plan.from_dict(r.plan))
-                running_s = max(0.0, now - self.since.get(r.job_id, now))
+                running_s = max(0.0, now - self.launched.get(r.job_id, now))
             # the work left, in the budget's steps (an AutoLRS job's probes spend it too; a running
             # job's figure is the one `_collect` read from its run this tick)
             spent = compute_steps(r, None, self.spent)
@@ -765,7 +762,7 @@ class Scheduler:
                 r = by_id[jid]
                 run_id = f"{jid}-r{r.restarts}"
                 self.executor.launch(jid, self._spec(r), a, r.checkpoint, run_id)
-                self.launched[jid] = self.since[jid] = time.time()
+                self.launched[jid] = time.time()
                 sps = self._predicted(r, a)
                 self.store.transition(jid, JobState.RUNNING,
                                       f"launched {a.plan.short()} on {dict(a.gpus_by_node)}",

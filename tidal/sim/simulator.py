@@ -136,7 +136,6 @@ class _Job:
     iters: float = 0.0
     blocked_until: float = 0.0
     started: float | None = None
-    launched: float = 0.0  # when it was last launched
     finished: float | None = None
     restarts: int = 0  # the policy's own (what its restart limit counts)
     recalls: int = 0  # restarts forced by a reclaim of lent GPUs (tidal.sim.serving)
@@ -220,11 +219,14 @@ class Simulator:
 
     def _view(self, job: _Job, t: float) -> JobView:
         b = self.truth.global_batch(job.spec.app)
+        running = job.phase is JobState.RUNNING
+        # since its last launch: its own, or a reclaim's shrink (`tidal.sim.serving`)
+        since = job.blocked_until - self.cfg.restart_s
         view = JobView(job_id=job.spec.name, arrival=job.spec.submit, options=job.options,
                        guarantee=job.guarantee, requested=job.requested,
-                       current=job.alloc if job.phase is JobState.RUNNING else None,
+                       current=job.alloc if running else None,
                        restarts=job.restarts, restart_cost_s=self.cfg.restart_s,
-                       running_s=t - job.launched if job.phase is JobState.RUNNING else 0.0,
+                       running_s=t - since if running else 0.0,
                        remaining_samples=max(0.0, job.spec.steps - job.iters) * b,
                        attained_gpu_s=job.attained, admitted=job.started is not None)
         return corrected(view, job.correction)
@@ -268,7 +270,6 @@ class Simulator:
                 job = active[jid]
                 job.phase, job.alloc, job.rate = JobState.RUNNING, alloc, self._rate(job, alloc)
                 job.blocked_until = t + self.cfg.restart_s
-                job.launched = t
                 if job.started is None:
                     job.started = t
                 elif job.evicted:  # relaunched after a reclaim evicted it: Serve's restart, not the policy's
