@@ -19,14 +19,16 @@ from typing import Any
 import psutil
 import pytest
 import ray
+from ray import cloudpickle
 
 from tests.conftest import tiny_gpt_spec
-from tests.platform.conftest import wait
+from tests.platform.conftest import _start, wait
 from tidal.core.policy import Option
 from tidal.jobs import Plan
 from tidal.jobs.runner import Resources, launch
 from tidal.platform import sdk
 from tidal.platform.scheduler import NAMESPACE, SCHEDULER_NAME
+from tidal.platform.store import JobRecord, JobState, Store
 
 pytestmark = pytest.mark.integration
 
@@ -61,10 +63,11 @@ def assert_no_placement_group_left() -> None:
 
 
 def _resumed_from(scheduler: Any, job_id: str) -> list[int]:
-    """The steps the job was requeued from after each infrastructure failure (its events)."""
+    """The steps the job was requeued from after each infrastructure failure (its events); a run
+    killed after its last checkpoint resumes nowhere: the job ends at that checkpoint's step."""
     notes = [e["note"] for e in ray.get(scheduler.job_events.remote(job_id))]
     return [int(m.group(1)) for n in notes if "infrastructure" in n
-            for m in [re.search(r"resumes from step (\d+)", n)] if m]
+            for m in [re.search(r"(?:resumes from|its checkpoint at) step (\d+)", n)] if m]
 
 
 def test_a_worker_killed_three_times(scheduler: Any) -> None:
@@ -87,6 +90,46 @@ def test_a_worker_killed_three_times(scheduler: Any) -> None:
         assert seen - spec.checkpoint_every <= back, (killed_at, resumed)  # ≤ one interval lost
     assert_same_curve(spec, job.logs())
     assert_no_placement_group_left()
+
+
+def test_a_run_lost_after_its_last_checkpoint_and_a_lost_checkpoint(ray_cluster: Any, tmp_path: Path) -> None:
+    """A scheduler comes up on the store of one that died while a job's last run had already
+    written its final checkpoint (measured: a worker killed then left the job QUEUED for good,
+    its relaunch refused at every tick), and with a queued job whose checkpoint someone deleted.
+    The first ends SUCCEEDED at its last step; the second FAILS alone, naming the checkpoint;
+    a job submitted beside them still runs to the end."""
+    spec = tiny_gpt_spec(name="lost-at-end", total_steps=20, checkpoint_every=10)
+    run_id = f"lost-at-end-{uuid.uuid4().hex[:6]}-r0"
+    plan = Plan(dp=1, micro_batch=8)
+    whole = launch(spec, plan, Resources(num_workers=1, gpus_per_worker=1), run_id=run_id).result(timeout=600)
+    assert whole.final_step == 20
+    gone = tmp_path / "deleted" / "step_00000010"
+    store = Store(tmp_path / "tidal.sqlite")
+    opts = (Option(gpus=1, plan=plan, samples_per_s=100.0, cpus_per_gpu=1.0),)
+    node = ray_cluster.node_ids[0]
+    store.add(JobRecord(job_id="lost-at-end", name=spec.name, spec=cloudpickle.dumps(spec),
+                        state=JobState.RUNNING, options=opts, plan=plan.to_dict(), allocation=[[node, 1]],
+                        run_id=run_id), "running when its scheduler died")
+    store.add(JobRecord(job_id="ckpt-gone", name="ckpt-gone", spec=cloudpickle.dumps(spec),
+                        state=JobState.QUEUED, options=opts, checkpoint=str(gone), step=10, restarts=1),
+              "queued from a checkpoint since deleted")
+    del store
+    started = _start(tmp_path)
+    actor = next(started)
+    try:
+        ok = sdk.JobHandle(ray.get(actor.submit.remote(tiny_gpt_spec(name="beside"), opts)), actor)
+        done, bad = sdk.JobHandle("lost-at-end", actor), sdk.JobHandle("ckpt-gone", actor)
+        assert ok.wait(timeout=600, poll_s=1)["state"] == "SUCCEEDED"
+        final = done.status()
+        assert (final["state"], final["step"], final["restarts"]) == ("SUCCEEDED", 20, 1), final
+        assert [m["step"] for m in done.logs()] == list(range(1, 21))
+        failed = bad.status()
+        assert failed["state"] == "FAILED", failed
+        assert failed["error"].startswith("CheckpointError") and str(gone) in failed["error"], failed
+        notes = [e["note"] for e in ray.get(actor.job_events.remote("ckpt-gone"))]
+        assert notes[-1].startswith("launch failed: CheckpointError"), notes
+    finally:
+        next(started, None)  # the fixture's teardown: the actor killed
 
 
 def test_scheduler_killed_while_a_job_profiles_and_while_one_stops(scheduler: Any) -> None:

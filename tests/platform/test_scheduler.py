@@ -78,7 +78,7 @@ def test_two_jobs_reconfiguration_and_scheduler_restart(scheduler: Any) -> None:
     ratios = final_a["sps_ratios"]
     assert ratios and all(1 <= n <= 4 and 0.05 <= r <= 20 for n, r in ratios), ratios
     events = ray.get(actor.recent_events.remote())
-    assert any("recovered" in e for e in events), events
+    assert any("scheduler restarted: run" in e and "requeued from step" in e for e in events), events
 
     plan = Plan(dp=2, zero_stage=1, micro_batch=4)
     res = Resources(num_workers=2, gpus_per_worker=1)

@@ -311,6 +311,12 @@ def _checkpoint_progress(checkpoint: str) -> tuple[int, int]:
     return int(meta["step"]), int(meta.get("compute_steps", meta["step"]))
 
 
+def checkpoint_done(spec: JobSpec, checkpoint: str | None) -> bool:
+    """Whether `checkpoint` holds the whole job: its compute steps reach `spec.total_steps` (a run
+    killed after its last checkpoint, before it reported, has nothing left to run)."""
+    return checkpoint is not None and _checkpoint_progress(checkpoint)[1] >= spec.total_steps
+
+
 def _controller_handle(control: Any) -> Any:
     """A Ray Train controller callback that hands the controller's actor handle to the run's
     `RunControl` as the controller starts (Train V2 has no public handle to a run's controller;
@@ -378,7 +384,7 @@ def launch(spec: JobSpec, plan: Plan, resources: Resources, checkpoint: str | No
             f"plan {plan.short()} needs {plan.dp} workers, resources give {resources.num_workers}",
         )
     start = _checkpoint_progress(checkpoint)[1] if checkpoint else 0
-    if start >= spec.total_steps:
+    if checkpoint_done(spec, checkpoint):
         raise SpecError(
             "checkpoint", f"checkpoint is at step {start}: the job ({spec.total_steps} steps) is done"
         )

@@ -16,7 +16,8 @@ explicit controller loop:
        step both executors share (`tidal.core.controller.reconcile_step`): running jobs whose
        allocation or plan changes are asked to stop at their next step boundary with a
        checkpoint (→ STOPPING); when nothing is stopping, queued jobs with an allocation are
-       launched on exactly the nodes the decision names (→ RUNNING).
+       launched on exactly the nodes the decision names (→ RUNNING); a launch its run refuses
+       (a checkpoint since deleted) fails that job alone.
 
 `submit` validates cheaply (the spec's type, the GPUs the cluster could ever give it), stores
 the job PROFILING and returns its id: nothing slow runs in the actor. The SDK's dry run has
@@ -25,7 +26,8 @@ already built the model and taken one step on the client (`tidal.jobs.dryrun`).
 A restarted actor (`max_restarts=-1`) reopens the store: jobs it had RUNNING or STOPPING lost
 their runs with the old actor (Ray Train's controller and workers are owned by it; Train's
 placement-group cleaner removes their placement groups), so they return to QUEUED from the
-newest checkpoint found under their run's storage directory; PROFILING jobs start their
+newest checkpoint found under their run's storage directory (SUCCEEDED if that checkpoint is
+the whole job); PROFILING jobs start their
 admission again (the profile cache keeps what was measured). Until the old placement groups
 are gone their GPUs are not free, and the snapshot, built from what Ray reports free, does not
 offer them: nothing is launched into capacity a predecessor still holds.
@@ -54,6 +56,7 @@ from tidal.core.correction import Correction, CorrectionConfig, corrected, obser
 from tidal.core.policy import Allocation, Decision, JobView, Node, Option, PolicyConfig, Snapshot, predicted
 from tidal.core.restarts import RestartCost
 from tidal.jobs.checkpoint import CheckpointError, read_meta
+from tidal.jobs.runner import checkpoint_done
 from tidal.jobs.spec import JobSpec, Plan, SpecError
 from tidal.planner.jobplan import Cluster, ProfileConfig, check_fits
 from tidal.platform import admission
@@ -342,11 +345,8 @@ class Scheduler:
                                           "while it stopped", allocation=None, finished=time.time(),
                                           checkpoint=ckpt or r.checkpoint, step=max(step, r.step))
                     continue
-                self.store.transition(r.job_id, JobState.QUEUED,
-                                      f"scheduler restarted: run {r.run_id} lost, resumes from step {step}",
-                                      allocation=None, checkpoint=ckpt or r.checkpoint,
-                                      step=max(step, r.step), restarts=r.restarts + 1)
-                self._event(f"{r.job_id} recovered after a scheduler restart, from step {step}")
+                self._requeue(r, ckpt or r.checkpoint, max(step, r.step),
+                              f"scheduler restarted: run {r.run_id} lost")
             elif r.state is JobState.PROFILING:
                 self._event(f"{r.job_id} admission starts again after a scheduler restart")
 
@@ -660,7 +660,8 @@ class Scheduler:
         """A run ended with an error. The cluster's fault (a dead worker or node, a broken
         collective: `executor.infrastructure_failure`) sends the job back to QUEUED from the
         newest checkpoint in its run's storage, counted in `restarts`, up to
-        `max_infra_restarts`; the job's own error (its loss or model raising, a non-finite
+        `max_infra_restarts` (`_requeue`: SUCCEEDED if that checkpoint is the whole job); the
+        job's own error (its loss or model raising, a non-finite
         loss) fails it alone. A job whose cancel was asked for is CANCELLED either way."""
         jid = rec.job_id
         error = f"{type(e).__name__}: {e}"[-4000:]
@@ -669,19 +670,33 @@ class Scheduler:
             self.store.transition(jid, JobState.CANCELLED, f"cancelled; its run ended with {first}",
                                   allocation=None, finished=time.time())
             return
-        if infrastructure_failure(e) and rec.restarts < self.cfg.max_infra_restarts:
+        if infrastructure_failure(e):
             ckpt, step, metrics = run_checkpoints(rec.run_id)
             self._save_curve(jid, metrics)
             if ckpt is None:  # nothing new: back to the checkpoint it started from
                 ckpt = rec.checkpoint
                 step = int(read_meta(ckpt)["step"]) if ckpt else 0
-            self.store.transition(jid, JobState.QUEUED, f"run failed for an infrastructure reason ({first}); "
-                                           f"resumes from step {step}",
-                                  allocation=None, checkpoint=ckpt, step=step, restarts=rec.restarts + 1)
-            self._event(f"{jid} run failed for an infrastructure reason ({first}); requeued from step {step}")
-            return
+            if rec.restarts < self.cfg.max_infra_restarts or checkpoint_done(self._spec(rec), ckpt):
+                self._requeue(rec, ckpt, step, f"run failed for an infrastructure reason ({first})")
+                return
         self.store.transition(jid, JobState.FAILED, first, error=error, allocation=None, finished=time.time())
         self._event(f"{jid} FAILED: {type(e).__name__}")
+
+    def _requeue(self, r: JobRecord, ckpt: str | None, step: int, why: str) -> None:
+        """A running or stopping job whose run was lost (`why`) goes back to QUEUED from `ckpt`,
+        counted in `restarts` -- or ends SUCCEEDED when `ckpt` already holds the whole job (a run
+        killed after its last checkpoint, before it reported: measured, relaunching it from there
+        raised at every tick and the job sat QUEUED for good)."""
+        jid = r.job_id
+        if checkpoint_done(self._spec(r), ckpt):
+            self.store.transition(jid, JobState.SUCCEEDED, f"{why}; its checkpoint at step {step} is the "
+                                  f"whole job", allocation=None, checkpoint=ckpt, step=step,
+                                  restarts=r.restarts + 1, finished=time.time())
+            self._event(f"{jid} SUCCEEDED at step {step} ({why} after its last checkpoint)")
+            return
+        self.store.transition(jid, JobState.QUEUED, f"{why}; resumes from step {step}", allocation=None,
+                              checkpoint=ckpt, step=step, restarts=r.restarts + 1)
+        self._event(f"{jid} {why}; requeued from step {step}")
 
     def _predicted(self, r: JobRecord, a: Allocation) -> float:
         """The model's samples/s for what `a` runs, uncorrected (the correction's denominator):
@@ -761,7 +776,11 @@ class Scheduler:
             for jid, a in actions.launch:
                 r = by_id[jid]
                 run_id = f"{jid}-r{r.restarts}"
-                self.executor.launch(jid, self._spec(r), a, r.checkpoint, run_id)
+                try:
+                    self.executor.launch(jid, self._spec(r), a, r.checkpoint, run_id)
+                except Exception as e:  # one job's launch must not stop the loop for every job
+                    self._launch_failed(r, e)
+                    continue
                 self.launched[jid] = time.time()
                 sps = self._predicted(r, a)
                 self.store.transition(jid, JobState.RUNNING,
@@ -770,6 +789,18 @@ class Scheduler:
                                       run_id=run_id, predicted_sps=sps)
                 self._log_action("launch", jid, list(a.gpus_by_node), a.plan.short())
                 self._event(f"{jid} launched: {a.plan.short()} on {dict(a.gpus_by_node)}")
+
+    def _launch_failed(self, r: JobRecord, e: Exception) -> None:
+        """A launch raised before its run started: the cluster's fault leaves the job QUEUED for
+        the next tick; anything else (the run's own validation refusing the spec, plan or
+        checkpoint) fails this job alone, with the error, instead of raising at every tick."""
+        first = f"{type(e).__name__}: {e}".splitlines()[0][:160]
+        if infrastructure_failure(e):
+            self._event(f"{r.job_id} launch failed for an infrastructure reason ({first}); retried")
+            return
+        self.store.transition(r.job_id, JobState.FAILED, f"launch failed: {first}",
+                              error=f"{type(e).__name__}: {e}"[-4000:], finished=time.time())
+        self._event(f"{r.job_id} FAILED at launch: {first}")
 
     def _request_nodes(self, bundles: tuple[dict[str, float], ...]) -> None:
         """Register the node request with Ray's `AutoscalingCoordinator` (`()` withdraws it).
