@@ -71,7 +71,9 @@ def _resumed_from(scheduler: Any, job_id: str) -> list[int]:
 
 
 def test_a_worker_killed_three_times(scheduler: Any) -> None:
-    spec = tiny_gpt_spec(name="killed-worker", total_steps=160, max_gpus=2, checkpoint_every=10)
+    # 240 steps: three kills 25+ steps apart land well before the end (with 160, the third kill
+    # once came after the last checkpoint: the job must then end SUCCEEDED, which it now does)
+    spec = tiny_gpt_spec(name="killed-worker", total_steps=240, max_gpus=2, checkpoint_every=10)
     job = sdk.JobHandle(ray.get(scheduler.submit.remote(spec)), scheduler)
     killed_at = []
     for k in range(3):
