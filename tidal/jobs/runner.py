@@ -384,7 +384,7 @@ def launch(spec: JobSpec, plan: Plan, resources: Resources, checkpoint: str | No
             f"plan {plan.short()} needs {plan.dp} workers, resources give {resources.num_workers}",
         )
     start = _checkpoint_progress(checkpoint)[1] if checkpoint else 0
-    if checkpoint_done(spec, checkpoint):
+    if start >= spec.total_steps:  # `checkpoint_done`, from the progress read once here
         raise SpecError(
             "checkpoint", f"checkpoint is at step {start}: the job ({spec.total_steps} steps) is done"
         )

@@ -664,8 +664,7 @@ class Scheduler:
         job's own error (its loss or model raising, a non-finite
         loss) fails it alone. A job whose cancel was asked for is CANCELLED either way."""
         jid = rec.job_id
-        error = f"{type(e).__name__}: {e}"[-4000:]
-        first = error.splitlines()[0][:160]
+        error, first = _error_text(e)
         if rec.cancel_requested:
             self.store.transition(jid, JobState.CANCELLED, f"cancelled; its run ended with {first}",
                                   allocation=None, finished=time.time())
@@ -676,27 +675,31 @@ class Scheduler:
             if ckpt is None:  # nothing new: back to the checkpoint it started from
                 ckpt = rec.checkpoint
                 step = int(read_meta(ckpt)["step"]) if ckpt else 0
-            if rec.restarts < self.cfg.max_infra_restarts or checkpoint_done(self._spec(rec), ckpt):
-                self._requeue(rec, ckpt, step, f"run failed for an infrastructure reason ({first})")
+            if self._requeue(rec, ckpt, step, f"run failed for an infrastructure reason ({first})",
+                             requeue=rec.restarts < self.cfg.max_infra_restarts):
                 return
         self.store.transition(jid, JobState.FAILED, first, error=error, allocation=None, finished=time.time())
         self._event(f"{jid} FAILED: {type(e).__name__}")
 
-    def _requeue(self, r: JobRecord, ckpt: str | None, step: int, why: str) -> None:
+    def _requeue(self, r: JobRecord, ckpt: str | None, step: int, why: str, *, requeue: bool = True) -> bool:
         """A running or stopping job whose run was lost (`why`) goes back to QUEUED from `ckpt`,
-        counted in `restarts` -- or ends SUCCEEDED when `ckpt` already holds the whole job (a run
-        killed after its last checkpoint, before it reported: measured, relaunching it from there
-        raised at every tick and the job sat QUEUED for good)."""
+        counted in `restarts` (if `requeue`: else nothing happens and this returns False) -- or
+        ends SUCCEEDED when `ckpt` already holds the whole job (a run killed after its last
+        checkpoint, before it reported: measured, relaunching it from there raised at every tick
+        and the job sat QUEUED for good)."""
         jid = r.job_id
         if checkpoint_done(self._spec(r), ckpt):
             self.store.transition(jid, JobState.SUCCEEDED, f"{why}; its checkpoint at step {step} is the "
                                   f"whole job", allocation=None, checkpoint=ckpt, step=step,
                                   restarts=r.restarts + 1, finished=time.time())
             self._event(f"{jid} SUCCEEDED at step {step} ({why} after its last checkpoint)")
-            return
+            return True
+        if not requeue:
+            return False
         self.store.transition(jid, JobState.QUEUED, f"{why}; resumes from step {step}", allocation=None,
                               checkpoint=ckpt, step=step, restarts=r.restarts + 1)
         self._event(f"{jid} {why}; requeued from step {step}")
+        return True
 
     def _predicted(self, r: JobRecord, a: Allocation) -> float:
         """The model's samples/s for what `a` runs, uncorrected (the correction's denominator):
@@ -794,12 +797,12 @@ class Scheduler:
         """A launch raised before its run started: the cluster's fault leaves the job QUEUED for
         the next tick; anything else (the run's own validation refusing the spec, plan or
         checkpoint) fails this job alone, with the error, instead of raising at every tick."""
-        first = f"{type(e).__name__}: {e}".splitlines()[0][:160]
+        error, first = _error_text(e)
         if infrastructure_failure(e):
             self._event(f"{r.job_id} launch failed for an infrastructure reason ({first}); retried")
             return
-        self.store.transition(r.job_id, JobState.FAILED, f"launch failed: {first}",
-                              error=f"{type(e).__name__}: {e}"[-4000:], finished=time.time())
+        self.store.transition(r.job_id, JobState.FAILED, f"launch failed: {first}", error=error,
+                              finished=time.time())
         self._event(f"{r.job_id} FAILED at launch: {first}")
 
     def _request_nodes(self, bundles: tuple[dict[str, float], ...]) -> None:
@@ -858,6 +861,13 @@ class Scheduler:
 
     def _log_action(self, kind: str, job_id: str, gpus: list[tuple[str, int]], plan: str) -> None:
         self.action_log.append((time.time(), kind, job_id, tuple(gpus), plan))
+
+
+def _error_text(e: Exception) -> tuple[str, str]:
+    """A run's or launch's error as stored (its last 4,000 characters) and as a one-line note
+    (its first line)."""
+    text = f"{type(e).__name__}: {e}"
+    return text[-4000:], text.splitlines()[0][:160]
 
 
 def compute_steps(r: JobRecord, progress: dict[str, Any] | None,
