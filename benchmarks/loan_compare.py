@@ -51,7 +51,7 @@ from tidal.sim.serving import InferencePool, Mode
 from tidal.sim.simulator import POLICIES, SimConfig, SimResult, Simulator
 from tidal.sim.tables import Truth
 from tidal.sim.views import SimPlanner
-from tidal.sim.workload import SimJob, family, read_workload
+from tidal.sim.workload import SimJob, check_jobs, family, read_workload
 
 ARMS: dict[str, Mode] = {"no_loan": "none", "evict": "evict", "tidal": "shrink"}
 COLUMNS = ("avg_jct_s", "avg_queue_s", "makespan_s", "gpu_util_all", "preemptions_per_job",
@@ -184,12 +184,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=Path("results"))
     args = ap.parse_args(argv)
-    arrivals = read_arrivals(args.serving)
-    truth = Truth(args.traces)
+    try:  # bad input: one line naming it, before any model is fitted
+        arrivals = read_arrivals(args.serving)
+        truth = Truth(args.traces)
+        cap = SimConfig().nodes * SimConfig().gpus_per_node
+        jobs = [] if args.family else read_workload(args.workload)
+        for w in [*(read_workload(p) for p in args.family or ()), jobs]:
+            check_jobs(w, truth.apps(), cap)
+    except (OSError, ValueError) as e:
+        ap.error(str(e))
     planner = SimPlanner(truth=truth, seed=args.seed)
     if args.family:
         return run_family(args, truth, planner, arrivals)
-    jobs = read_workload(args.workload)
     owned, results = run_arms(jobs, truth, planner, arrivals, args)
     print(f"\n{'arm':<9}" + "".join(f"{c:>21}" for c in COLUMNS))
     for name, (r, _) in results.items():

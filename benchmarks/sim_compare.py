@@ -25,7 +25,7 @@ from tidal.sim.plots import allocation_timeline, jct_cdf
 from tidal.sim.simulator import POLICIES, SimConfig, Simulator
 from tidal.sim.tables import EXTRAPOLATIONS, Truth
 from tidal.sim.views import SimPlanner
-from tidal.sim.workload import read_workload
+from tidal.sim.workload import check_jobs, read_workload
 
 COLUMNS = ("avg_jct_s", "p99_jct_s", "makespan_s", "avg_queue_s", "gpu_util", "restarts_per_job",
            "guarantee_violation_s")
@@ -48,10 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if "tidal" not in args.policies:
         ap.error("--policies must include tidal")
-    jobs = read_workload(args.workload)
-    try:
+    try:  # bad input: one line naming it, before any model is fitted
         truth = Truth(args.traces, args.extrapolation)
-    except ValueError as e:
+        jobs = read_workload(args.workload)
+        check_jobs(jobs, truth.apps(), SimConfig().nodes * SimConfig().gpus_per_node)
+    except (OSError, ValueError) as e:
         ap.error(str(e))
     planner = SimPlanner(truth=truth, noise=args.noise, seed=args.seed)
     t0 = time.time()

@@ -42,7 +42,7 @@ from tidal.core.policy import PolicyConfig
 from tidal.sim.simulator import POLICIES, VIOLATION_CAUSES, SimConfig, Simulator
 from tidal.sim.tables import EXTRAPOLATIONS, Truth
 from tidal.sim.views import PerfectPlanner, SimPlanner
-from tidal.sim.workload import SimJob, family
+from tidal.sim.workload import SimJob, check_jobs, family
 
 METRICS = (("avg_jct_s", "JCT"), ("makespan_s", "makespan"), ("guarantee_violation_s", "violation"),
            ("idle_while_waiting_gpu_s", "idle·wait GPU-s"))
@@ -83,16 +83,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.seeds < 1:
         ap.error(f"--seeds must be >= 1, got {args.seeds}")
     policies = list(dict.fromkeys(["tidal", "rubick", *args.policies]))
-    try:
-        truth = Truth(args.traces, args.extrapolation)
-    except ValueError as e:
-        ap.error(str(e))
     seeds = range(args.seed, args.seed + args.seeds)
-    planners = {s: SimPlanner(truth=truth, seed=s) for s in seeds}
-    # (name, jobs, seed): each seed's family, its names tagged with the seed when there are several
-    workloads = [(name if len(seeds) == 1 else f"{name}@{s}", jobs, s) for s in seeds
-                 for name, jobs in family(truth, [str(p) for p in args.workloads], seed=s, jobs=args.jobs)]
     cfg = SimConfig()
+    try:  # bad input: one line naming it, before any model is fitted
+        truth = Truth(args.traces, args.extrapolation)
+        # (name, jobs, seed): each seed's family, its names tagged with the seed when there are several
+        shared = [str(p) for p in args.workloads]
+        workloads = [(name if len(seeds) == 1 else f"{name}@{s}", jobs, s) for s in seeds
+                     for name, jobs in family(truth, shared, seed=s, jobs=args.jobs)]
+        for _, jobs, _ in workloads:
+            check_jobs(jobs, truth.apps(), cfg.nodes * cfg.gpus_per_node)
+    except (OSError, ValueError) as e:
+        ap.error(str(e))
+    planners = {s: SimPlanner(truth=truth, seed=s) for s in seeds}
     t0 = time.time()
     results: dict[str, dict[str, dict[str, float]]] = {}
     for i, (name, jobs, seed) in enumerate(workloads):

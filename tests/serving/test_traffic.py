@@ -57,3 +57,14 @@ def test_replay_refuses_non_loopback(url: str) -> None:
 def test_replay_accepts_loopback() -> None:
     for url in ("http://127.0.0.1:8000/gpt", "http://localhost:8000/", "http://[::1]:8000/"):
         check_loopback(url)
+
+
+def test_a_malformed_trace_fails_on_its_line(tmp_path: Path) -> None:
+    bad = tmp_path / "trace.csv"
+    bad.write_text("TIMESTAMP,ContextTokens\n2023-11-16 18:15:46.6805900,374\nyesterday,12\n")
+    with pytest.raises(ValueError, match=r"trace\.csv, line 3: TIMESTAMP must be "
+                                         r"'YYYY-MM-DD HH:MM:SS\[\.frac\]', got 'yesterday'"):
+        read_arrivals(bad)
+    (tmp_path / "none.csv").write_text("time,tokens\n1,2\n")
+    with pytest.raises(ValueError, match="no TIMESTAMP column"):
+        read_arrivals(tmp_path / "none.csv")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,9 +23,10 @@ from tidal.sim.simulator import (
 )
 from tidal.sim.tables import Truth, packed
 from tidal.sim.views import PerfectPlanner, SimPlanner
-from tidal.sim.workload import SimJob, family, read_workload, synthetic, write_workload
+from tidal.sim.workload import SimJob, check_jobs, family, read_workload, synthetic, write_workload
 
 RUBICK = Path(__file__).resolve().parents[3] / "shared" / "traces" / "rubick"
+AZURE = RUBICK.parent / "azure-llm" / "AzureLLMInferenceTrace_conv.csv"
 MIX = {"bert": 1.0, "gpt2": 1.0, "t5": 1.0}
 CFG = SimConfig(nodes=2, gpus_per_node=8)
 
@@ -130,6 +133,61 @@ def test_bad_workloads_are_rejected(world: tuple[Truth, SimPlanner, list[SimJob]
     again = read_workload(path)
     assert [(j.name, j.app, j.num_gpus, j.exec_plan, j.steps, j.is_sla) for j in again] == [
         (j.name, j.app, j.num_gpus, j.exec_plan, j.steps, j.is_sla) for j in jobs]
+
+
+HEADER = "name,submission_time,duration,application,num_gpus,num_cpus,bandwidth,exec_plan,steps,is_sla\n"
+
+
+@pytest.mark.parametrize(("row", "error"), [
+    ("x-0,abc,10,vit,2,16,0,zero-dp,100,0",
+     r"line 2: submission_time must be a number of seconds >= 0, got 'abc'"),
+    ("x-0,-5,10,vit,2,16,0,zero-dp,100,0", r"line 2: submission_time must be .* got '-5'"),
+    ("x-0,0,10,vit,0,16,0,zero-dp,100,0", r"line 2: num_gpus must be an integer >= 1, got '0'"),
+    ("x-0,0,10,vit,2.5,16,0,zero-dp,100,0", r"line 2: num_gpus must be an integer >= 1, got '2.5'"),
+    ("x-0,0,10,vit,2,16,0,zero-dp,nan,0", r"line 2: steps must be an integer >= 1, got 'nan'"),
+    ("x-0,0,10,vit,2,16,0,zero-dp,100,yes", r"line 2: is_sla must be 1 \(guaranteed\) or 0, got 'yes'"),
+    (",0,10,vit,2,16,0,zero-dp,100,0", r"line 2: a job needs a name"),
+    ("x-0,0,10,vit,2,16,0,zero-dp,100,0\nx-0,5,10,vit,2,16,0,zero-dp,100,0",
+     r"line 3: job name 'x-0' repeats line 2"),
+])
+def test_a_malformed_workload_fails_on_its_line(tmp_path: Path, row: str, error: str) -> None:
+    path = tmp_path / "w.csv"
+    path.write_text(HEADER + row + "\n")
+    with pytest.raises(ValueError, match=error):
+        read_workload(path)
+    (tmp_path / "cols.csv").write_text("name,submission_time\nx,1\n")
+    with pytest.raises(ValueError, match=r"missing columns \['duration', 'application'"):
+        read_workload(tmp_path / "cols.csv")
+
+
+def test_what_a_cluster_cannot_run_is_named_before_a_model_is_fitted(
+        world: tuple[Truth, SimPlanner, list[SimJob]]) -> None:
+    truth = world[0]
+    job = SimJob(name="x-0", submit=0, app="gpt2", num_gpus=5, num_cpus=40, exec_plan="151", steps=10)
+    check_jobs([job], truth.apps(), 64)  # gpt2's 1·5·1 plan on 5 GPUs, as the artifact's traces have it
+    for bad, error in [(replace(job, exec_plan="nosuchplan"), "x-0: plan 'nosuchplan' on 5 GPUs"),
+                       (replace(job, exec_plan="122"), "plan '122' on 5 GPUs: .* product is the GPU count"),
+                       (replace(job, app="resnet"), "unknown application 'resnet'"),
+                       (replace(job, num_gpus=65, exec_plan="ga"), "requests 65 GPUs, the cluster has 64")]:
+        with pytest.raises(ValueError, match=error):
+            check_jobs([bad], truth.apps(), 64)
+    with pytest.raises(ValueError, match="unique: 'x-0' repeats"):
+        check_jobs([job, job], truth.apps(), 64)
+
+
+@pytest.mark.parametrize("script", ["sim_compare", "sim_sweep", "loan_compare"])
+def test_the_simulator_benchmarks_refuse_a_bad_workload_in_one_line(tmp_path: Path, script: str) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text(HEADER + "x-0,0,10,nosuchapp,2,16,0,zero-dp,100,0\n")
+    args = {"sim_compare": ["--workload", str(bad)], "sim_sweep": ["--workloads", str(bad)],
+            "loan_compare": ["--workload", str(bad), "--serving", str(AZURE)]}[script]
+    root = Path(__file__).resolve().parents[2]
+    cmd = [sys.executable, str(root / "benchmarks" / f"{script}.py"), "--traces", str(RUBICK), *args]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=root)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip().splitlines()[-1] == (
+        f"{script}.py: error: job x-0: unknown application 'nosuchapp' "
+        "(the tables have bert, gpt2, t5, roberta, vit, llama7, llama30)")
 
 
 def test_rubick_trace_reads(world: tuple[Truth, SimPlanner, list[SimJob]]) -> None:

@@ -53,10 +53,14 @@ def read_arrivals(path: str | Path) -> np.ndarray:
         if r.fieldnames is None or "TIMESTAMP" not in r.fieldnames:
             raise ValueError(f"{path}: no TIMESTAMP column (an Azure LLM inference trace has one)")
         for row in r:
-            ts = row["TIMESTAMP"].strip()
+            ts = (row["TIMESTAMP"] or "").strip()
             head, _, frac = ts.partition(".")
-            stamps.append(datetime.strptime(head, "%Y-%m-%d %H:%M:%S").timestamp()
-                          + (float("0." + frac) if frac else 0.0))
+            try:
+                stamps.append(datetime.strptime(head, "%Y-%m-%d %H:%M:%S").timestamp()
+                              + (float("0." + frac) if frac else 0.0))
+            except ValueError:
+                raise ValueError(f"{path}, line {r.line_num}: TIMESTAMP must be "
+                                 f"'YYYY-MM-DD HH:MM:SS[.frac]', got {ts!r}") from None
     if len(stamps) < 2:
         raise ValueError(f"{path}: needs at least two requests")
     t = np.sort(np.array(stamps))

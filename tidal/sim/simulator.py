@@ -59,9 +59,9 @@ from tidal.core.state import JobState
 from tidal.jobs.spec import Plan
 from tidal.sim import baselines
 from tidal.sim.serving import InferencePool, ServingSim
-from tidal.sim.tables import packed
+from tidal.sim.tables import Truth, packed
 from tidal.sim.views import Kind
-from tidal.sim.workload import SimJob
+from tidal.sim.workload import SimJob, check_jobs
 
 
 class World(Protocol):
@@ -180,17 +180,8 @@ class Simulator:
         self.cfg = config or SimConfig()
         self.truth, self.planner, self.policy = truth, planner, policy
         self.jobs = sorted(jobs, key=lambda j: (j.submit, j.name))
-        names = [j.name for j in self.jobs]
-        if len(set(names)) != len(names):
-            raise ValueError("job names must be unique")
-        cap = self.cfg.nodes * self.cfg.gpus_per_node
-        for j in self.jobs:
-            if j.app not in truth.apps():
-                raise ValueError(f"job {j.name}: unknown application {j.app!r}")
-            if j.num_gpus > cap:
-                raise ValueError(f"job {j.name} requests {j.num_gpus} GPUs, the cluster has {cap}")
-            if j.steps < 1:
-                raise ValueError(f"job {j.name}: steps must be >= 1")
+        check_jobs(self.jobs, truth.apps(), self.cfg.nodes * self.cfg.gpus_per_node,
+                   artifact_plans=isinstance(truth, Truth))
         self.nodes = tuple(Node(node_id=f"node-{i:03d}", gpus=self.cfg.gpus_per_node,
                                 cpus=self.cfg.cpus_per_node, memory=self.cfg.memory_per_node)
                            for i in range(self.cfg.nodes))

@@ -38,6 +38,7 @@ on n GPUs (what was never measured is never offered).
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -75,6 +76,9 @@ def plan_of(code: str, n: int, global_batch: int) -> Plan:
         return Plan(dp=n, zero_stage=2 if code.startswith("zero") else 0,
                     offload_optimizer=code == "zero-offload", activation_checkpointing=code == "gc",
                     micro_batch=mb)
+    if not (len(code) == 3 and code.isdigit() and "0" not in code and math.prod(map(int, code)) == n):
+        raise ValueError(f"plan {code!r} on {n} GPUs: a plan is one of {', '.join(DP_CODES)} or three digits "
+                         f"pp·tp·dp whose product is the GPU count")
     pp, tp, dp = (int(c) for c in code)
     return Plan(dp=dp, tp=tp, pp=pp, micro_batch=max(1, global_batch // dp))
 

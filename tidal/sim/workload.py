@@ -8,13 +8,14 @@ Both have the artifact's columns (`../shared/traces/rubick/README.md` §2):
 from __future__ import annotations
 
 import csv
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
-from tidal.sim.tables import Truth, packed
+from tidal.sim.tables import Truth, packed, plan_of
 
 COLUMNS = ("name", "submission_time", "duration", "application", "num_gpus", "num_cpus", "bandwidth",
            "exec_plan", "steps", "is_sla")
@@ -33,20 +34,82 @@ class SimJob:
     duration: float = 0.0  # informational: steps × iter_time of the request
 
 
+def _parse(path: str | Path, line: int, row: Mapping[str, str | None], col: str, kind: str) -> float:
+    """One numeric cell, or a one-line error naming the file, the line, the column and the value."""
+    raw = (row.get(col) or "").strip()
+    try:
+        v = float(raw)
+    except ValueError:
+        v = math.nan
+    ok = {"seconds": math.isfinite(v) and v >= 0,  # a time or a duration
+          "count": math.isfinite(v) and v >= 1 and v.is_integer(),  # GPUs, steps
+          "count0": math.isfinite(v) and v >= 0 and v.is_integer(),  # CPUs
+          "flag": raw.lower() in ("0", "1", "true", "false", "")}[kind]
+    if not ok:
+        want = {"seconds": "a number of seconds >= 0", "count": "an integer >= 1",
+                "count0": "an integer >= 0", "flag": "1 (guaranteed) or 0"}[kind]
+        raise ValueError(f"{path}, line {line}: {col} must be {want}, got {raw!r}")
+    return float(raw.lower() in ("1", "true")) if kind == "flag" else v
+
+
 def read_workload(path: str | Path) -> list[SimJob]:
+    """The jobs of a workload CSV (`COLUMNS`); a malformed cell or a repeated name is a
+    ValueError naming its line, before any job is simulated."""
     jobs = []
-    with Path(path).open(encoding="utf-8-sig") as f:
-        for r in csv.DictReader(f):
-            missing = [c for c in COLUMNS if c not in r]
-            if missing:
-                raise ValueError(f"{path}: missing columns {missing}")
-            jobs.append(SimJob(name=r["name"], submit=float(r["submission_time"]), app=r["application"],
-                               num_gpus=int(r["num_gpus"]), num_cpus=int(r["num_cpus"]),
-                               exec_plan=r["exec_plan"], steps=int(r["steps"]),
-                               is_sla=r["is_sla"].strip() == "1", duration=float(r["duration"])))
+    with Path(path).open(encoding="utf-8-sig", newline="") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in COLUMNS if c not in (reader.fieldnames or ())]
+        if reader.fieldnames is not None and missing:
+            raise ValueError(f"{path}: missing columns {missing} (a workload has {', '.join(COLUMNS)})")
+        seen: dict[str, int] = {}
+        for r in reader:
+            line = reader.line_num
+            name = (r.get("name") or "").strip()
+            if not name:
+                raise ValueError(f"{path}, line {line}: a job needs a name")
+            if name in seen:
+                raise ValueError(f"{path}, line {line}: job name {name!r} repeats line {seen[name]}")
+            seen[name] = line
+            app = (r.get("application") or "").strip()
+            if not app:
+                raise ValueError(f"{path}, line {line}: job {name} has no application")
+            jobs.append(SimJob(name=name, submit=_parse(path, line, r, "submission_time", "seconds"), app=app,
+                               num_gpus=int(_parse(path, line, r, "num_gpus", "count")),
+                               num_cpus=int(_parse(path, line, r, "num_cpus", "count0")),
+                               exec_plan=(r.get("exec_plan") or "").strip(),
+                               steps=int(_parse(path, line, r, "steps", "count")),
+                               is_sla=_parse(path, line, r, "is_sla", "flag") == 1.0,
+                               # informational (the request's ideal run time): may be left empty
+                               duration=_parse(path, line, r, "duration", "seconds")
+                               if (r.get("duration") or "").strip() else 0.0))
     if not jobs:
         raise ValueError(f"{path}: no jobs")
     return sorted(jobs, key=lambda j: (j.submit, j.name))
+
+
+def check_jobs(jobs: Sequence[SimJob], apps: Sequence[str], capacity: int, *,
+               artifact_plans: bool = True) -> None:
+    """What a simulated cluster can run: unique names, known applications, requests that fit,
+    and (`artifact_plans`: the world is the artifact's tables, `Truth`) users' plans that are
+    artifact plan codes for their GPU counts. The simulator checks this at construction;
+    benchmarks call it first, before fitting models."""
+    names = [j.name for j in jobs]
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise ValueError(f"job names must be unique: {dup!r} repeats")
+    for j in jobs:
+        if j.app not in apps:
+            raise ValueError(f"job {j.name}: unknown application {j.app!r} "
+                             f"(the tables have {', '.join(apps)})")
+        if not 1 <= j.num_gpus <= capacity:
+            raise ValueError(f"job {j.name} requests {j.num_gpus} GPUs, the cluster has {capacity}")
+        if j.steps < 1:
+            raise ValueError(f"job {j.name}: steps must be >= 1")
+        try:
+            if artifact_plans:
+                plan_of(j.exec_plan, j.num_gpus, 1)
+        except ValueError as e:
+            raise ValueError(f"job {j.name}: {e}") from None
 
 
 def write_workload(jobs: Sequence[SimJob], path: str | Path) -> None:
