@@ -118,10 +118,17 @@ def test_lent_gpus_go_back_to_serve_on_a_surge(ray_cluster: Any, inference_node:
         assert "back" in marks, f"Serve's 4 replicas never ran: {marks}; {events}"
         took = marks["back"] - marks["want"]
         print(f"lent GPUs back to Serve: {took:.1f} s after it wanted them")
-        # the goal is 15 s (measured 14.6 s and 19.0 s here: the surge saturates both cores, and
-        # the job's stop and the replicas' start share them); this guards against a reclaim path
-        # that waits for a tick, a timeout or the job's end
-        assert took <= 30.0, events
+        # the reclaim's own part: the job has stopped (its GPUs free) within 15 s of Serve's want.
+        # This guards against a reclaim path that waits for a tick, a timeout or the job's end.
+        # The replicas' start after that is Serve's, on cores the surge saturates: measured 14.6 s
+        # and 19.0 s in all, and once (CI, 2026-11-29) 36.7 s, of which the stop took 3 s
+        want = time.localtime(marks["want"])
+        want_s = want.tm_hour * 3600 + want.tm_min * 60 + want.tm_sec
+        stops = [e for e in events if "stopped at step" in e]
+        assert stops, events
+        h, m, sec = (int(x) for x in stops[-1].split()[0].split(":"))
+        assert (h * 3600 + m * 60 + sec - want_s) % 86400 <= 15, (marks, events)
+        assert took <= 90.0, events
         assert any("reclaim" in e for e in events), events
         print(format_pools(ray.get(scheduler.pools.remote())))
 
