@@ -141,9 +141,10 @@ def speedups(owned: SimResult, results: Arms) -> dict[str, float]:
             "slo_violation_rate": tidal["slo_violation_rate"]}
 
 
-def run_family(args: argparse.Namespace, truth: Truth, planner: SimPlanner, arrivals: np.ndarray) -> int:
-    """`--family`: every workload of the sweep's family, one line each, then the family's figures."""
-    workloads = family(truth, [str(p) for p in args.family], seed=args.seed)
+def run_family(args: argparse.Namespace, workloads: list[tuple[str, list[SimJob]]], truth: Truth,
+               planner: SimPlanner, arrivals: np.ndarray) -> int:
+    """`--family`: every workload of the sweep's family (`workloads`), one line each, then the
+    family's figures."""
     cols = {"loan_jct_speedup": "JCT ×", "queue_speedup": "queue ×", "utilization_gain_points": "util +pts",
             "preemptions_per_job_tidal": "preempt/job", "slo_violation_rate": "over SLO",
             "loan_jct_ceiling": "JCT ceiling"}
@@ -187,15 +188,16 @@ def main(argv: list[str] | None = None) -> int:
     try:  # bad input: one line naming it, before any model is fitted
         arrivals = read_arrivals(args.serving)
         truth = Truth(args.traces)
-        cap = SimConfig().nodes * SimConfig().gpus_per_node
-        jobs = [] if args.family else read_workload(args.workload)
-        for w in [*(read_workload(p) for p in args.family or ()), jobs]:
-            check_jobs(w, truth.apps(), cap)
+        workloads = (family(truth, [str(p) for p in args.family], seed=args.seed) if args.family
+                     else [(args.workload.stem, read_workload(args.workload))])
+        for _, w in workloads:
+            check_jobs(w, truth.apps(), SimConfig().gpus)
     except (OSError, ValueError) as e:
         ap.error(str(e))
     planner = SimPlanner(truth=truth, seed=args.seed)
     if args.family:
-        return run_family(args, truth, planner, arrivals)
+        return run_family(args, workloads, truth, planner, arrivals)
+    jobs = workloads[0][1]
     owned, results = run_arms(jobs, truth, planner, arrivals, args)
     print(f"\n{'arm':<9}" + "".join(f"{c:>21}" for c in COLUMNS))
     for name, (r, _) in results.items():

@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     try:  # bad input: one line naming it, before any model is fitted
         truth = Truth(args.traces, args.extrapolation)
         jobs = read_workload(args.workload)
-        check_jobs(jobs, truth.apps(), SimConfig().nodes * SimConfig().gpus_per_node)
+        check_jobs(jobs, truth.apps(), SimConfig().gpus)
     except (OSError, ValueError) as e:
         ap.error(str(e))
     planner = SimPlanner(truth=truth, noise=args.noise, seed=args.seed)
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     stem = args.workload.stem
     jct_cdf(list(results.values()), args.out / f"{stem}-jct-cdf.png", title=f"JCT CDF — {stem}")
-    capacity = cfg.nodes * cfg.gpus_per_node
+    capacity = cfg.gpus
     for name, r in results.items():
         allocation_timeline(r, capacity, args.out / f"{stem}-{name}-timeline.png")
     print(f"\nwrote {args.out}/{stem}-jct-cdf.png and {len(results)} timelines")

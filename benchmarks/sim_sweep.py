@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         workloads = [(name if len(seeds) == 1 else f"{name}@{s}", jobs, s) for s in seeds
                      for name, jobs in family(truth, shared, seed=s, jobs=args.jobs)]
         for _, jobs, _ in workloads:
-            check_jobs(jobs, truth.apps(), cfg.nodes * cfg.gpus_per_node)
+            check_jobs(jobs, truth.apps(), cfg.gpus)
     except (OSError, ValueError) as e:
         ap.error(str(e))
     planners = {s: SimPlanner(truth=truth, seed=s) for s in seeds}

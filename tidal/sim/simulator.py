@@ -122,6 +122,11 @@ class SimConfig:
     # corrects by its runs' measured samples/s (None: off)
     correction: CorrectionConfig | None = field(default_factory=CorrectionConfig)
 
+    @property
+    def gpus(self) -> int:
+        """The training cluster's GPUs."""
+        return self.nodes * self.gpus_per_node
+
 
 @dataclass(kw_only=True)
 class _Job:
@@ -180,7 +185,7 @@ class Simulator:
         self.cfg = config or SimConfig()
         self.truth, self.planner, self.policy = truth, planner, policy
         self.jobs = sorted(jobs, key=lambda j: (j.submit, j.name))
-        check_jobs(self.jobs, truth.apps(), self.cfg.nodes * self.cfg.gpus_per_node,
+        check_jobs(self.jobs, truth.apps(), self.cfg.gpus,
                    artifact_plans=isinstance(truth, Truth))
         self.nodes = tuple(Node(node_id=f"node-{i:03d}", gpus=self.cfg.gpus_per_node,
                                 cpus=self.cfg.cpus_per_node, memory=self.cfg.memory_per_node)
@@ -197,7 +202,7 @@ class Simulator:
     # -- the executor, simulated --------------------------------------------------------
 
     def _admit(self, j: SimJob) -> _Job:
-        cap = self.cfg.nodes * self.cfg.gpus_per_node
+        cap = self.cfg.gpus
         options = tuple(o for o in self.planner.options(j, self.policy.kind) if o.gpus <= cap)
         guarantee = floor = requested = None
         if j.is_sla:
@@ -319,7 +324,7 @@ class Simulator:
     def _record(self, job: _Job) -> JobRecord:
         app = job.spec.app
         if app not in self._fastest:
-            self._fastest[app] = self.truth.fastest(app, self.cfg.nodes * self.cfg.gpus_per_node)
+            self._fastest[app] = self.truth.fastest(app, self.cfg.gpus)
         assert job.started is not None and job.finished is not None
         return JobRecord(name=job.spec.name, app=app, submit=job.spec.submit, start=job.started,
                          finish=job.finished, restarts=job.restarts + job.recalls, steps=job.spec.steps,
@@ -361,11 +366,11 @@ class Simulator:
                 self.serving.serve(t, t_next, active)
             self._advance(t, t_next, active, result)
             t = t_next
-        result.metrics = metrics(result, self.cfg.nodes * self.cfg.gpus_per_node)
+        result.metrics = metrics(result, self.cfg.gpus)
         if self.serving is not None:
             end = max(j.finish for j in result.jobs)
             result.metrics.update(self.serving.metrics(
-                held_gpu_s(result), self.cfg.nodes * self.cfg.gpus_per_node, end, len(result.jobs)))
+                held_gpu_s(result), self.cfg.gpus, end, len(result.jobs)))
         return result
 
 

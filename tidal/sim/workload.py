@@ -34,22 +34,34 @@ class SimJob:
     duration: float = 0.0  # informational: steps × iter_time of the request
 
 
+# what a numeric cell must be: (test, as said in the error)
+_KINDS = {"seconds": (lambda v: v >= 0, "a number of seconds >= 0"),  # a time or a duration
+          "count": (lambda v: v >= 1 and v.is_integer(), "an integer >= 1"),  # GPUs, steps
+          "count0": (lambda v: v >= 0 and v.is_integer(), "an integer >= 0")}  # CPUs
+
+
+def _bad(path: str | Path, line: int, col: str, want: str, raw: str) -> ValueError:
+    return ValueError(f"{path}, line {line}: {col} must be {want}, got {raw!r}")
+
+
 def _parse(path: str | Path, line: int, row: Mapping[str, str | None], col: str, kind: str) -> float:
     """One numeric cell, or a one-line error naming the file, the line, the column and the value."""
     raw = (row.get(col) or "").strip()
+    ok, want = _KINDS[kind]
     try:
         v = float(raw)
     except ValueError:
         v = math.nan
-    ok = {"seconds": math.isfinite(v) and v >= 0,  # a time or a duration
-          "count": math.isfinite(v) and v >= 1 and v.is_integer(),  # GPUs, steps
-          "count0": math.isfinite(v) and v >= 0 and v.is_integer(),  # CPUs
-          "flag": raw.lower() in ("0", "1", "true", "false", "")}[kind]
-    if not ok:
-        want = {"seconds": "a number of seconds >= 0", "count": "an integer >= 1",
-                "count0": "an integer >= 0", "flag": "1 (guaranteed) or 0"}[kind]
-        raise ValueError(f"{path}, line {line}: {col} must be {want}, got {raw!r}")
-    return float(raw.lower() in ("1", "true")) if kind == "flag" else v
+    if not (math.isfinite(v) and ok(v)):
+        raise _bad(path, line, col, want, raw)
+    return v
+
+
+def _flag(path: str | Path, line: int, raw: str) -> bool:
+    """`is_sla`: 1/true guaranteed, 0/false or empty best-effort."""
+    if raw.lower() not in ("0", "1", "true", "false", ""):
+        raise _bad(path, line, "is_sla", "1 (guaranteed) or 0", raw)
+    return raw.lower() in ("1", "true")
 
 
 def read_workload(path: str | Path) -> list[SimJob]:
@@ -78,7 +90,7 @@ def read_workload(path: str | Path) -> list[SimJob]:
                                num_cpus=int(_parse(path, line, r, "num_cpus", "count0")),
                                exec_plan=(r.get("exec_plan") or "").strip(),
                                steps=int(_parse(path, line, r, "steps", "count")),
-                               is_sla=_parse(path, line, r, "is_sla", "flag") == 1.0,
+                               is_sla=_flag(path, line, (r.get("is_sla") or "").strip()),
                                # informational (the request's ideal run time): may be left empty
                                duration=_parse(path, line, r, "duration", "seconds")
                                if (r.get("duration") or "").strip() else 0.0))
@@ -105,11 +117,11 @@ def check_jobs(jobs: Sequence[SimJob], apps: Sequence[str], capacity: int, *,
             raise ValueError(f"job {j.name} requests {j.num_gpus} GPUs, the cluster has {capacity}")
         if j.steps < 1:
             raise ValueError(f"job {j.name}: steps must be >= 1")
-        try:
-            if artifact_plans:
+        if artifact_plans:
+            try:
                 plan_of(j.exec_plan, j.num_gpus, 1)
-        except ValueError as e:
-            raise ValueError(f"job {j.name}: {e}") from None
+            except ValueError as e:
+                raise ValueError(f"job {j.name}: {e}") from None
 
 
 def write_workload(jobs: Sequence[SimJob], path: str | Path) -> None:
