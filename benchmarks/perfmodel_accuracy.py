@@ -30,9 +30,11 @@ from __future__ import annotations
 
 import argparse
 import csv
+import math
 import random
 import re
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -126,22 +128,39 @@ def read_rows(path: Path) -> list[Row]:
             raise SystemExit(f"{path}, line {reader.line_num}: {e}") from None
 
 
+def _num(r: dict[str, str], col: str, *, integer: bool = False, empty: float | None = None) -> float:
+    """Row `r`'s `col` as a number (an integer if `integer`; `empty` where the cell may be empty),
+    else a ValueError naming the column and the value."""
+    v = (r.get(col) or "").strip()
+    if not v and empty is not None:
+        return empty
+    try:
+        x = float(v)
+    except ValueError:
+        x = math.nan
+    if not math.isfinite(x) or (integer and not x.is_integer()):
+        raise ValueError(f"column {col} must be {'an integer' if integer else 'a number'}, got {v!r}")
+    return x
+
+
 def _rows(path: Path, reader: csv.DictReader[str]) -> list[Row]:
     out = []
     for r in reader:
-        mb, seq = int(r["micro_batch"]), int(r["seq"])
+        num = partial(_num, r)
+        mb, seq = int(num("micro_batch", integer=True)), int(num("seq", integer=True))
         ok = r["status"] == "ok"
-        step = float(r["step_s"]) if r["step_s"] else 0.0
-        batch = round(float(r["tokens_per_s"]) * step / seq) if ok else mb
+        step = num("step_s", empty=0.0)
+        batch = round(num("tokens_per_s") * step / seq) if ok else mb
         batch = max(batch, mb)
-        plan = Plan(dp=1, zero_stage=int(r["zero_stage"]), offload_optimizer=r["offload"] == "cpu",
+        stage = int(num("zero_stage", integer=True))
+        plan = Plan(dp=1, zero_stage=stage, offload_optimizer=r["offload"] == "cpu",
                     activation_checkpointing=r["act_ckpt"] in ("1", "True", "true"),
                     micro_batch=mb, grad_accum=max(1, batch // mb))
-        peak = float(r["peak_alloc_gib"]) * 2**30 if r["peak_alloc_gib"] else 0.0
-        parts = tuple(float(r[c]) for c in ("fwd_s", "bwd_s", "opt_s")) if all(
+        peak = num("peak_alloc_gib", empty=0.0) * 2**30
+        parts = tuple(num(c) for c in ("fwd_s", "bwd_s", "opt_s")) if all(
             r.get(c) for c in ("fwd_s", "bwd_s", "opt_s")) else None
-        ratio = float(r["ckpt_ratio"]) if r.get("ckpt_ratio") else None
-        params = int(float(r["params"])) if r.get("params") else 0  # empty on an oom row
+        ratio = num("ckpt_ratio") if r.get("ckpt_ratio") else None
+        params = int(num("params", integer=True, empty=0))  # empty on an oom row
         out.append(Row(r["model"], params, plan, seq, batch, step, peak, r["status"],
                        parts, ratio))  # type: ignore[arg-type]
     # an `oom` row may leave params (and the times) empty: the model's other rows give them, and

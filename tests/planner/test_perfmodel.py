@@ -287,3 +287,33 @@ def test_host_work_overlaps_the_device_on_a_gpu_only() -> None:
     assert fit(samples, WORK, cpu).theta.p_host == 1.0  # never freed on a CPU
     times = [Sample(point=s.point, iter_s=s.iter_s) for s in samples]
     assert "p_host" not in informed(times)  # step times alone cannot separate it from k_fwd0
+
+
+@pytest.mark.parametrize(("column", "value", "says"), [
+    ("micro_batch", "lots", "column micro_batch must be an integer, got 'lots'"),
+    ("micro_batch", "2.5", "column micro_batch must be an integer, got '2.5'"),
+    ("step_s", "fast", "column step_s must be a number, got 'fast'"),
+    ("peak_alloc_gib", "nan", "column peak_alloc_gib must be a number, got 'nan'"),
+])
+def test_the_accuracy_benchmark_names_the_line_and_column_of_a_bad_measurement(
+        tmp_path: Path, column: str, value: str, says: str) -> None:
+    """benchmarks/perfmodel_accuracy.py --measurements on a table someone measured by hand: a bad
+    cell stops it with one line naming the file, line, column and value, before any fitting."""
+    import csv
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    with (root / "benchmarks" / "data" / "gpt2-h100-measurements.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    rows[1][column] = value
+    bad = tmp_path / "m.csv"
+    with bad.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    r = subprocess.run([sys.executable, "benchmarks/perfmodel_accuracy.py", "--measurements", str(bad)],
+                       capture_output=True, text=True, timeout=120, cwd=root)
+    assert r.returncode != 0
+    assert r.stderr.strip().splitlines()[-1] == f"{bad}, line 3: {says}", r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
