@@ -93,3 +93,19 @@ def test_start_refuses_a_bad_autoscaling_config_before_joining_ray(tmp_path: Pat
     bad.write_text("cluster_name: x\n")
     with pytest.raises(SystemExit, match="no available_node_types"):
         main(["start", "--autoscaling-config", str(bad)])
+
+
+def test_a_scheduler_that_could_not_start_is_its_constructors_last_line() -> None:
+    from ray.exceptions import RayActorError
+
+    from tidal.platform.sdk import start_failure
+
+    trace = ("The actor died because of an error raised in its creation task, ray::Scheduler.__init__()\n"
+             '  File "scheduler.py", line 154, in __init__\n    self.store = Store(path)\n\n'
+             "RuntimeError: /s/tidal.sqlite is not a Tidal state file (file is not a database)\n\n")
+    assert start_failure(RayActorError(error_msg=trace, actor_init_failed=True)) == (
+        "the Tidal scheduler could not start: RuntimeError: /s/tidal.sqlite is not a Tidal state file "
+        "(file is not a database)")
+    # an actor that died later (killed, its node lost) restarts: not a failure to start
+    assert start_failure(RayActorError(error_msg=trace, actor_init_failed=False)) is None
+    assert start_failure(ValueError("no job 'x'")) is None

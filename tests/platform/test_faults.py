@@ -134,6 +134,34 @@ def test_a_run_lost_after_its_last_checkpoint_and_a_lost_checkpoint(ray_cluster:
         next(started, None)  # the fixture's teardown: the actor killed
 
 
+def test_a_stray_state_file_stops_the_scheduler_in_one_line(ray_cluster: Any, tmp_path: Path) -> None:
+    """$TIDAL_STATE's file overwritten by something else: the actor cannot start, and the SDK and
+    the CLI say why in one line at once (not after the SDK's 120-s wait for an actor that
+    restarts); the file is left as it was, and a scheduler on a good file starts afterwards."""
+    from tidal.platform import cli
+    from tidal.platform.scheduler import SchedulerConfig
+
+    stray = tmp_path / "stray" / "tidal.sqlite"
+    stray.parent.mkdir()
+    stray.write_bytes(b"not SQLite: a user's notes\n" * 200)
+    actor = sdk.connect(SchedulerConfig(state_path=str(stray)))
+    why = f"the Tidal scheduler could not start: RuntimeError: {stray} is not a Tidal state file"
+    t0 = time.time()
+    with pytest.raises(sdk.SchedulerStartError) as e:
+        sdk.JobHandle("any-job", actor).status()
+    assert str(e.value).startswith(why) and "\n" not in str(e.value), e.value
+    assert time.time() - t0 < 60
+    with pytest.raises(SystemExit) as exit_:
+        cli._get(actor.ping.remote())
+    assert str(exit_.value.code).startswith(f"tidal: {why}"), exit_.value.code
+    assert stray.read_bytes().startswith(b"not SQLite")
+    started = _start(tmp_path)  # the dead actor's name is free again
+    try:
+        assert ray.get(next(started).status.remote()) == []
+    finally:
+        next(started, None)
+
+
 def test_scheduler_killed_while_a_job_profiles_and_while_one_stops(scheduler: Any) -> None:
     spec_a = tiny_gpt_spec(name=f"fault-a-{uuid.uuid4().hex[:6]}", total_steps=120, max_gpus=4,
                            checkpoint_every=10)

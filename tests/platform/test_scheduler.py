@@ -69,6 +69,10 @@ def test_two_jobs_reconfiguration_and_scheduler_restart(scheduler: Any) -> None:
     ray.kill(scheduler, no_restart=False)  # the actor restarts and must find both jobs
     actor = ray.get_actor(SCHEDULER_NAME, namespace=NAMESPACE)
     _wait(lambda: ray.get(actor.ping.remote()) == "ok", "the scheduler to restart", 120)
+    # the restarted actor starts from what its predecessor measured (kept in the store)
+    kept = ray.get(actor.restart_cost.remote())
+    assert set(cost["starts"]) <= set(kept["starts"]), (cost, kept)
+    assert set(cost["stops"]) <= set(kept["stops"]), (cost, kept)
     a, b = sdk.JobHandle(a.job_id, actor), sdk.JobHandle(b.job_id, actor)
     assert {r["job_id"] for r in sdk.list_jobs()} >= {a.job_id, b.job_id}
 

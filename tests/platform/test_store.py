@@ -36,6 +36,15 @@ def test_records_survive_reopening(tmp_path: Path) -> None:
         again.get("zzz")
 
 
+def test_measurements_survive_reopening(tmp_path: Path) -> None:
+    path = tmp_path / "t.sqlite"
+    s = Store(path)
+    assert s.measured("restart_cost") is None
+    s.set_measured("restart_cost", {"starts": [51.5, 48.0], "stops": [3.0]})
+    s.set_measured("restart_cost", {"starts": [51.5, 48.0, 60.25], "stops": [3.0]})  # replaces
+    assert Store(path).measured("restart_cost") == {"starts": [51.5, 48.0, 60.25], "stops": [3.0]}
+
+
 def test_state_machine_is_enforced(tmp_path: Path) -> None:
     s = Store(tmp_path / "t.sqlite")
     s.add(JobRecord(job_id="a", name="A", spec=b""))
@@ -76,6 +85,17 @@ def test_every_change_of_state_is_an_event(tmp_path: Path) -> None:
     assert ev[0].t <= ev[1].t <= ev[2].t
     with pytest.raises(KeyError, match="no job 'b'"):
         s.events("b")
+
+
+def test_a_file_that_is_not_a_state_file_is_refused_with_one_line(tmp_path: Path) -> None:
+    stray = tmp_path / "tidal.sqlite"
+    stray.write_text("not a database, just some text a user left here\n" * 50)
+    with pytest.raises(RuntimeError, match=r"tidal\.sqlite is not a Tidal state file \(file is not a "
+                                           r"database\): move it away or point \$TIDAL_STATE elsewhere"):
+        Store(stray)
+    assert stray.read_text().startswith("not a database")  # left as it was
+    with pytest.raises(RuntimeError, match="is not a Tidal state file"):
+        Store(tmp_path)  # a directory
 
 
 def test_a_state_file_of_another_schema_is_refused_with_one_line(tmp_path: Path) -> None:

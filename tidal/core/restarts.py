@@ -17,6 +17,11 @@ reconfiguration as its runs go through them:
 The median, not the mean: one run stuck behind a node's start-up or a profile sharing its
 cores should not move the price of every later decision. Samples that are not finite or are
 negative (clock steps) are ignored.
+
+The samples outlive the scheduler actor: it keeps them in its store (`Store.set_measured`) and a
+restarted actor starts from them (`RestartCost.restored`), not from the default. Without that a
+restart of the actor priced every decision at 30 s again, on the demo's host where a restart
+had measured ~50 s or more, until its runs had been relaunched and measured anew.
 """
 
 from __future__ import annotations
@@ -38,6 +43,26 @@ class RestartCost:
             raise ValueError(f"RestartCost.default_s must be seconds >= 0, got {self.default_s!r}")
         if not (isinstance(self.window, int) and self.window >= 1):
             raise ValueError(f"RestartCost.window must be an integer >= 1, got {self.window!r}")
+
+    @classmethod
+    def restored(cls, samples: object, *, default_s: float = 30.0, window: int = 20) -> RestartCost:
+        """An estimate from samples kept earlier (`samples()`): anything but a mapping of lists of
+        numbers is ignored, and so is each sample `observe` would ignore."""
+        def numbers(key: str) -> list[float]:
+            values = samples.get(key) if isinstance(samples, dict) else None
+            return [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)] \
+                if isinstance(values, list) else []
+
+        cost = cls(default_s=default_s, window=window)
+        for start in numbers("starts"):
+            cost = cost.observe(start_s=start)
+        for stop in numbers("stops"):
+            cost = cost.observe(stop_s=stop)
+        return cost
+
+    def samples(self) -> dict[str, list[float]]:
+        """The measurements behind the estimate, as `restored` reads them back."""
+        return {"starts": list(self.starts), "stops": list(self.stops)}
 
     def observe(self, *, start_s: float | None = None, stop_s: float | None = None) -> RestartCost:
         """This estimate with one more measured start and/or stop (the module docstring)."""

@@ -219,13 +219,23 @@ def format_pools(loans: dict[str, Any]) -> str:
 def _one_line_errors() -> Iterator[None]:
     """The scheduler's answers to bad input (an unknown job id, a rejected spec) as one line, not
     the actor's traceback: Ray re-raises the actor's exception as a RayTaskError that is also an
-    instance of the original class, with the original as `cause`."""
+    instance of the original class, with the original as `cause`. So is a scheduler that could
+    not start (`sdk.start_failure`: a state file that is not one)."""
+    from tidal.platform.sdk import SchedulerStartError, start_failure
+
     try:
         yield
     except (KeyError, ValueError) as e:
         cause = getattr(e, "cause", e)
         text = cause.args[0] if isinstance(cause, KeyError) and cause.args else str(cause)
         raise SystemExit(f"tidal: {text}") from None
+    except SchedulerStartError as e:
+        raise SystemExit(f"tidal: {e}") from None
+    except Exception as e:  # the actor could not start: its constructor's one line
+        why = start_failure(e)
+        if why is None:
+            raise
+        raise SystemExit(f"tidal: {why}") from None
 
 
 def _get(ref: Any) -> Any:

@@ -69,6 +69,7 @@ from tidal.platform.store import JobRecord, JobState, Store, state_dir
 from tidal.serving.loans import LoanConfig, decide_loan, lend_by_node
 
 log = logging.getLogger("tidal.scheduler")
+_RESTART_SAMPLES = "restart_cost"  # the store's key for `RestartCost.samples()`
 LOG_LIMIT = 10_000  # entries kept of the actor's action and placement logs
 
 SCHEDULER_NAME = "tidal-scheduler"
@@ -173,10 +174,10 @@ class Scheduler:
         self.node_request_failed_at = float("-inf")  # when sending it last failed
         self.observed: dict[str, float] = {}  # job → when its run's throughput was last observed
         self.spent: dict[str, tuple[str, int, bool]] = {}  # `compute_steps`' memory
-        # the restart cost measured from this actor's runs, and when each run was launched (also
-        # `JobView.running_s`) and each stop asked for (a restarted actor measures again: its
-        # jobs are QUEUED until it launches them)
-        self.restart = RestartCost()
+        # the restart cost measured from this actor's runs and its predecessors' (kept in the
+        # store), and when each run was launched (also `JobView.running_s`) and each stop asked
+        # for (a restarted actor measures its runs again: its jobs are QUEUED until it launches them)
+        self.restart = RestartCost.restored(self.store.measured(_RESTART_SAMPLES))
         self.launched: dict[str, float] = {}
         self.stopping: dict[str, float] = {}
         self._incarnation = uuid.uuid4().hex  # this actor's life: a restart is another
@@ -306,6 +307,11 @@ class Scheduler:
         return {"seconds": self._restart_cost_s(), "pinned": self.cfg.restart_cost_s is not None,
                 "measured_s": self.restart.seconds, "starts": list(self.restart.starts),
                 "stops": list(self.restart.stops)}
+
+    def _observe_restart(self, **sample: float) -> None:
+        """One more measured start or stop (`RestartCost.observe`), kept in the store."""
+        self.restart = self.restart.observe(**sample)
+        self.store.set_measured(_RESTART_SAMPLES, self.restart.samples())
 
     def _restart_cost_s(self) -> float:
         return self.cfg.restart_cost_s if self.cfg.restart_cost_s is not None else self.restart.seconds
@@ -610,7 +616,7 @@ class Scheduler:
             last = self.observed.get(jid)
             self.observed[jid] = now
             if last is None and (launched := self.launched.get(jid)) is not None:  # the run's first step
-                self.restart = self.restart.observe(start_s=now - launched)
+                self._observe_restart(start_s=now - launched)
             if self.cfg.correction is not None and last is not None:  # a run's first report: start-up
                 rec = recs[jid]
                 c = observe(_correction(rec), gpus=sum(int(g) for _, g in rec.allocation or []),
@@ -625,7 +631,7 @@ class Scheduler:
             self.launched.pop(jid, None)
             asked = self.stopping.pop(jid, None)
             if asked is not None and ended.result is not None and not ended.result.finished:
-                self.restart = self.restart.observe(stop_s=time.time() - asked)  # stopped as asked
+                self._observe_restart(stop_s=time.time() - asked)  # stopped as asked
             if ended.result is None:
                 assert ended.error is not None
                 self._run_failed(rec, ended.error)

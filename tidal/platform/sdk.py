@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import ray
@@ -36,6 +36,35 @@ def connect(config: SchedulerConfig | None = None) -> Any:
     ).remote(config)
 
 
+def start_failure(e: BaseException) -> str | None:
+    """Why the scheduler actor could not start (its constructor raised: a state file that is not
+    one, a bad config), as the constructor's exception line; None for any other error. Ray
+    reports it as an ActorDiedError whose message is the whole remote traceback, ending in that
+    line; the actor is dead, not restarted, and the next `connect` starts a new one."""
+    from ray.exceptions import RayActorError
+
+    if not (isinstance(e, RayActorError) and e.actor_init_failed):
+        return None
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    return f"the Tidal scheduler could not start: {lines[-1] if lines else 'no reason given'}"
+
+
+class SchedulerStartError(RuntimeError):
+    """The scheduler actor could not start; the message is `start_failure`'s line."""
+
+
+@contextlib.contextmanager
+def _started() -> Iterator[None]:
+    """A scheduler that could not start as a SchedulerStartError of one line (`start_failure`)."""
+    try:
+        yield
+    except Exception as e:
+        why = start_failure(e)
+        if why is None:
+            raise
+        raise SchedulerStartError(why) from None
+
+
 class JobHandle:
     def __init__(self, job_id: str, scheduler: Any) -> None:
         self.job_id = job_id
@@ -56,7 +85,9 @@ class JobHandle:
             except GetTimeoutError:
                 raise TimeoutError(f"the Tidal scheduler did not answer about {self.job_id} "
                                    f"in {answer_s:.0f} s") from None
-            except RayActorError:
+            except RayActorError as e:
+                if (why := start_failure(e)) is not None:
+                    raise SchedulerStartError(why) from None
                 if time.time() > deadline:
                     raise RuntimeError(f"the Tidal scheduler is gone (asked about {self.job_id}); "
                                        "`tidal status` starts a new one from $TIDAL_STATE") from None
@@ -100,10 +131,12 @@ def submit(spec: JobSpec, *, config: SchedulerConfig | None = None,
 
     dry_run(spec)
     scheduler = connect(config)
-    job_id: str = ray.get(scheduler.submit.remote(spec, options))
+    with _started():
+        job_id: str = ray.get(scheduler.submit.remote(spec, options))
     return JobHandle(job_id, scheduler)
 
 
 def list_jobs() -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = ray.get(connect().status.remote())
+    with _started():
+        rows: list[dict[str, Any]] = ray.get(connect().status.remote())
     return rows

@@ -12,6 +12,10 @@ bug cannot silently resurrect a finished job) and writes an event row in the sam
 `Store.events(job)` is the job's history (`tidal events JOB`). `Store.update` changes fields
 only, never the state. The resource matrix is stored as JSON, not pickled; the spec is the one
 cloudpickled column (a user's model factory and dataset are code).
+
+Besides jobs the store keeps what the scheduler measured of the cluster itself (`Store.measured`,
+`Store.set_measured`: one JSON value per key; the restart cost's samples,
+`tidal.core.restarts`), so a restarted actor prices its decisions as its predecessor did.
 """
 
 from __future__ import annotations
@@ -90,9 +94,13 @@ class Store:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        try:
+            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        except sqlite3.Error as e:  # not SQLite (a stray file), unreadable, or a directory
+            raise RuntimeError(f"{self.path} is not a Tidal state file ({e}): move it away or point "
+                               "$TIDAL_STATE elsewhere") from None
         tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if "jobs" in tables and version == 2:
             self._migrate_2_to_3()
@@ -109,6 +117,8 @@ class Store:
         self._db.execute("CREATE TABLE IF NOT EXISTS events (t REAL, job_id TEXT, from_state TEXT,"
                          " to_state TEXT, note TEXT)")
         self._db.execute("CREATE INDEX IF NOT EXISTS events_job ON events (job_id, t)")
+        # added within schema 3: a file without it gets it here, and older code ignores it
+        self._db.execute("CREATE TABLE IF NOT EXISTS measured (key TEXT PRIMARY KEY, value TEXT)")
         self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def _migrate_2_to_3(self) -> None:
@@ -213,3 +223,14 @@ class Store:
             rows = self._db.execute("SELECT t, job_id, from_state, to_state, note FROM events "
                                     "WHERE job_id = ? ORDER BY t, rowid", (job_id,)).fetchall()
         return [Event(t=t, job_id=j, from_state=f, to_state=to, note=n) for t, j, f, to, n in rows]
+
+    def measured(self, key: str) -> Any:
+        """The value last stored under `key` by `set_measured` (None if none was)."""
+        with self._lock:
+            row = self._db.execute("SELECT value FROM measured WHERE key = ?", (key,)).fetchone()
+        return None if row is None else json.loads(row[0])
+
+    def set_measured(self, key: str, value: Any) -> None:
+        """Store `value` (anything JSON can hold) under `key`, replacing what was there."""
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO measured VALUES (?, ?)", (key, json.dumps(value)))
