@@ -16,7 +16,7 @@ utilisation per pool, lent GPU-seconds, serving p99 and SLO attainment) and writ
 `results/demo_timeline.png` (GPUs per job and pool over time, with the traffic and its p99),
 `results/demo_latency.png` and `results/demo_curves.png` (loss and LR per job).
 
-    make demo                                   # set-up + this script (about 8 minutes on 2 cores)
+    make demo                                   # set-up + this script (about 12 minutes on 2 cores)
     python examples/demo.py --minutes 10        # a longer run: longer jobs, a slower tide
     python examples/demo.py --keep              # keep the cluster up afterwards for `ray job submit`
 
@@ -244,7 +244,11 @@ def main() -> int:
 
         arrivals = sorted(job_specs(args.minutes / 5.0), key=lambda a: a[0])
         total_steps = {spec.name: spec.total_steps for _, spec in arrivals}
-        deadline = span * 2.0 + 120.0
+        # a safety stop for a run that hangs, not a target: the three jobs need ~640 s of the
+        # training pool's 4 GPUs at 2-core speed, and each launch there takes 20-110 s before its
+        # first step (the restart cost printed below). At 2 · span + 120 s (720 s) the wide job
+        # missed it by ~60 s in two runs of 2026-11-29 (restart cost 52 and 67 s) and was cancelled
+        deadline = span * 4.0 + 120.0
         last_print = 0.0
         while True:
             while arrivals and rec.now() >= arrivals[0][0] * span:
