@@ -109,3 +109,41 @@ def test_a_scheduler_that_could_not_start_is_its_constructors_last_line() -> Non
     # an actor that died later (killed, its node lost) restarts: not a failure to start
     assert start_failure(RayActorError(error_msg=trace, actor_init_failed=False)) is None
     assert start_failure(ValueError("no job 'x'")) is None
+
+
+@pytest.mark.parametrize(("flags", "says"), [
+    (["--serve-model", "{d_model: 64"],
+     r"^tidal: --serve-model is not JSON \(.*\): e\.g\. '\{\"d_model\": 64\}'$"),
+    (["--serve-model", "[64]"],
+     r"^tidal: --serve-model expected a mapping of seq_len, d_model, .*got \[64\]$"),
+    (["--serve-model", '{"d_modle": 64}'], r"^tidal: --serve-model unknown field\(s\) d_modle \(known: "),
+    (["--serve-model", '{"d_model": "64"}'], r"^tidal: --serve-model d_model must be an integer, got '64'$"),
+    (["--serve-model", '{"d_model": 66, "n_head": 4}'],
+     r"^tidal: --serve-model d_model \(66\) must be divisible by n_head \(4\)$"),
+    (["--serve-checkpoint", "MISSING"],
+     r"^tidal: --serve-checkpoint .*tidal_meta\.json does not exist: not a Tidal checkpoint$"),
+])
+def test_start_refuses_a_bad_serving_flag_before_joining_ray(tmp_path: Path, flags: list[str],
+                                                             says: str) -> None:
+    """`tidal start --serve-checkpoint/--serve-model`: one line naming the flag, before any Ray call
+    (no cluster here); a replica that cannot load would otherwise retry in Serve's logs."""
+    flags = [str(tmp_path / "none") if f == "MISSING" else f for f in flags]
+    with pytest.raises(SystemExit, match=says):
+        main(["start", *flags])
+
+
+def test_a_served_checkpoint_is_checked_whole(tmp_path: Path) -> None:
+    from tidal.jobs.checkpoint import TrainState
+    from tidal.serving.app import check_serving
+
+    d = tmp_path / "step_00000010"
+    TrainState(step=10, seed=0, adam_step=10, params={}).save(d)
+    home = Path.home()
+    assert check_serving(str(d), {"d_model": 64}) == (str(d), {"d_model": 64})
+    if d.is_relative_to(home):  # "~" is expanded on this machine, as a replica would need
+        assert check_serving("~/" + str(d.relative_to(home)), None)[0] == str(d)
+    state = d / "tidal_state.pt"
+    state.write_bytes(state.read_bytes()[:10])  # a copy cut short
+    with pytest.raises(ValueError, match=r"^checkpoint: .*has 10 bytes, its meta says \d+: half-written$"):
+        check_serving(str(d), None)
+    assert check_serving("s3://bucket/run/step_00000010", None)[0] == "s3://bucket/run/step_00000010"

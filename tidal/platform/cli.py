@@ -278,7 +278,20 @@ def cmd_start(args: argparse.Namespace) -> int:
     from tidal.platform.scheduler import SchedulerConfig
 
     config = None
-    if args.autoscaling_config:  # checked before anything starts
+    serving = None
+    if args.serve_checkpoint or args.serve_model:  # checked before anything starts, as below
+        from tidal.serving.app import check_serving
+
+        try:
+            model = json.loads(args.serve_model) if args.serve_model else None
+        except json.JSONDecodeError as e:
+            raise SystemExit(f"tidal: --serve-model is not JSON ({e}): e.g. '{{\"d_model\": 64}}'") from None
+        try:
+            serving = check_serving(args.serve_checkpoint, model)
+        except ValueError as e:  # "model: ..." or "checkpoint: ...": the flag that gave it
+            what, _, why = str(e).partition(": ")
+            raise SystemExit(f"tidal: --serve-{what} {why}") from None
+    if args.autoscaling_config:
         import yaml
 
         try:
@@ -297,13 +310,13 @@ def cmd_start(args: argparse.Namespace) -> int:
     from tidal.platform.dashboard import write_dashboard
 
     print(f"tidal: Grafana dashboard {write_dashboard()}")
-    if args.serve_checkpoint:
+    if args.serve_checkpoint and serving is not None:
         from ray import serve
 
         from tidal.serving.app import gpt_app
 
-        model = json.loads(args.serve_model) if args.serve_model else None
-        serve.run(gpt_app(checkpoint=args.serve_checkpoint, model=model), name="gpt", route_prefix="/gpt",
+        checkpoint, model = serving
+        serve.run(gpt_app(checkpoint=checkpoint, model=model), name="gpt", route_prefix="/gpt",
                   blocking=False)
         print("tidal: Serve application 'gpt' at /gpt")
     return 0

@@ -27,6 +27,7 @@ simulator (`benchmarks/loan_compare.py`) uses it.
 from __future__ import annotations
 
 import math
+import os
 import time
 from typing import Any
 
@@ -112,6 +113,41 @@ def target_ongoing(replica_rps: float = REPLICA_RPS, slo_s: float = SLO_P99_S) -
     return max(1.0, replica_rps * slo_s / 2)
 
 
+SHAPE = ("seq_len", "d_model", "n_layer", "n_head", "vocab_size")  # the served GPT's shape fields
+
+
+def check_serving(checkpoint: str | None, model: Any) -> tuple[str | None, dict[str, Any]]:
+    """The checkpoint (`~` expanded) and model shape a replica would load, checked on this
+    machine before anything is deployed: the shape must be a mapping of `SHAPE` fields to
+    integers that make a GPT (`GPTConfig`'s rules); a local checkpoint must be a whole Tidal
+    checkpoint (its meta and state file; a URI is left to the replicas). A ValueError of one
+    line naming what is wrong otherwise: a replica that cannot load retries until Serve gives
+    up, and its traceback is in a replica's log, not in front of the user."""
+    from tidal.jobs.checkpoint import CheckpointError, read_complete_meta
+    from tidal.jobs.models import GPTConfig
+
+    if model is None:
+        model = {}
+    if not isinstance(model, dict):
+        raise ValueError(f"model: expected a mapping of {', '.join(SHAPE)}, got {model!r}")
+    if unknown := sorted(set(model) - set(SHAPE)):
+        raise ValueError(f"model: unknown field(s) {', '.join(map(str, unknown))} "
+                         f"(known: {', '.join(SHAPE)})")
+    if bad := [k for k, v in model.items() if not (isinstance(v, int) and not isinstance(v, bool))]:
+        raise ValueError(f"model: {bad[0]} must be an integer, got {model[bad[0]]!r}")
+    try:
+        GPTConfig(**{"vocab_size": 1, **model})
+    except ValueError as e:
+        raise ValueError(f"model: {e}") from None
+    if checkpoint and "://" not in checkpoint:
+        checkpoint = os.path.expanduser(checkpoint)
+        try:
+            read_complete_meta(checkpoint)
+        except (CheckpointError, OSError, ValueError) as e:
+            raise ValueError(f"checkpoint: {e}") from None
+    return checkpoint, dict(model)
+
+
 def gpt_app(*, checkpoint: str | None = None, model: dict[str, Any] | None = None, min_replicas: int = 1,
             max_replicas: int = 4, pool: str | None = "inference", num_cpus: float = 0.5,
             replica_rps: float = REPLICA_RPS, slo_s: float = SLO_P99_S,
@@ -122,6 +158,7 @@ def gpt_app(*, checkpoint: str | None = None, model: dict[str, Any] | None = Non
     if not 0 <= min_replicas <= max_replicas:
         raise ValueError(f"replicas: need 0 <= min_replicas ({min_replicas}) "
                          f"<= max_replicas ({max_replicas})")
+    checkpoint, model = check_serving(checkpoint, model)
     actor: dict[str, Any] = {"num_gpus": 1, "num_cpus": num_cpus}
     if pool:
         actor["label_selector"] = {POOL_LABEL: pool}
@@ -137,4 +174,4 @@ def gpt_app(*, checkpoint: str | None = None, model: dict[str, Any] | None = Non
                                # wait up to 10 s to be seen); the look-back must be longer
                                "metrics_interval_s": 1.0, "look_back_period_s": 3.0,
                            })
-    return dep.bind(checkpoint, dict(model or {}))  # type: ignore[attr-defined]
+    return dep.bind(checkpoint, model)  # type: ignore[attr-defined]
