@@ -10,19 +10,26 @@ the cluster has none) and waits; `tidal status` shows it meanwhile.
 
 from __future__ import annotations
 
+import argparse
 import sys
+from dataclasses import replace
 
+from tidal.jobs.spec import SpecError
 from tidal.platform import sdk
 
 sys.path.insert(0, "examples")
 from shakespeare_job import make_spec
 
 if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description="Submit the Shakespeare GPT job and wait for it")
+    ap.add_argument("steps", nargs="?", type=int, help="a shorter run, e.g. to check a cluster")
+    args = ap.parse_args()
     spec = make_spec()
-    if len(sys.argv) > 1:  # a shorter run, e.g. to check a cluster
-        from dataclasses import replace
-
-        spec = replace(spec, total_steps=int(sys.argv[1]), lr=3e-3)
+    if args.steps is not None:
+        try:
+            spec = replace(spec, total_steps=args.steps, lr=3e-3)
+        except SpecError as e:  # checked here, before anything reaches the cluster
+            ap.error(f"STEPS: {e}")
     handle = sdk.submit(spec)
     print(f"submitted {handle.job_id}", flush=True)
     final = handle.wait()

@@ -147,3 +147,20 @@ def test_a_served_checkpoint_is_checked_whole(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"^checkpoint: .*has 10 bytes, its meta says \d+: half-written$"):
         check_serving(str(d), None)
     assert check_serving("s3://bucket/run/step_00000010", None)[0] == "s3://bucket/run/step_00000010"
+
+
+@pytest.mark.parametrize(("steps", "says"), [
+    ("abc", "argument steps: invalid int value: 'abc'"),
+    ("-5", "STEPS: JobSpec.total_steps: must be an integer >= 1, got -5"),
+])
+def test_the_ray_job_submit_example_refuses_bad_steps_before_joining_ray(steps: str, says: str) -> None:
+    """examples/submit_job.py (README's `ray job submit` entry point): one line, exit code 2, and
+    no cluster (none runs here: a Ray call would fail differently)."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "examples/submit_job.py", steps], capture_output=True, text=True,
+                       timeout=120, cwd=REPO)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert r.stderr.strip().splitlines()[-1] == f"submit_job.py: error: {says}", r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
