@@ -44,18 +44,18 @@ def test_samples_read_back_give_the_same_estimate() -> None:
     c = RestartCost(window=3)
     for start, stop in ((60.0, 5.0), (40.0, 3.0), (55.0, 4.0), (50.0, 9.0)):
         c = c.observe(start_s=start, stop_s=stop)
-    again = RestartCost.restored(c.samples(), window=3)
+    again = RestartCost(window=3).restored(c.samples())
     assert again == c and again.seconds == c.seconds == 50.0 + 4.0
     # a window smaller than what was kept keeps the newest samples
-    assert RestartCost.restored(c.samples(), window=2).starts == (55.0, 50.0)
+    assert RestartCost(window=2).restored(c.samples()).starts == (55.0, 50.0)
 
 
 @pytest.mark.parametrize("kept", [None, "garbage", [1.0], {"starts": "x"}, {"starts": [True, "7", None]}])
 def test_kept_samples_that_are_not_samples_give_the_default(kept: object) -> None:
-    c = RestartCost.restored(kept)
+    c = RestartCost().restored(kept)
     assert c.starts == () and c.stops == () and c.seconds == 30.0
 
 
 def test_kept_samples_are_checked_like_new_ones() -> None:
-    c = RestartCost.restored({"starts": [-5.0, 80.0, math.nan], "stops": [math.inf, 2.0]})
+    c = RestartCost().restored({"starts": [-5.0, 80.0, math.nan], "stops": [math.inf, 2.0]})
     assert c.starts == (80.0,) and c.stops == (2.0,) and c.seconds == 82.0

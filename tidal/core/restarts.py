@@ -44,16 +44,15 @@ class RestartCost:
         if not (isinstance(self.window, int) and self.window >= 1):
             raise ValueError(f"RestartCost.window must be an integer >= 1, got {self.window!r}")
 
-    @classmethod
-    def restored(cls, samples: object, *, default_s: float = 30.0, window: int = 20) -> RestartCost:
-        """An estimate from samples kept earlier (`samples()`): anything but a mapping of lists of
-        numbers is ignored, and so is each sample `observe` would ignore."""
+    def restored(self, samples: object) -> RestartCost:
+        """This estimate with samples kept earlier (`samples()`) observed: anything but a mapping of
+        lists of numbers is ignored, and so is each sample `observe` would ignore."""
         def numbers(key: str) -> list[float]:
             values = samples.get(key) if isinstance(samples, dict) else None
             return [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)] \
                 if isinstance(values, list) else []
 
-        cost = cls(default_s=default_s, window=window)
+        cost = self
         for start in numbers("starts"):
             cost = cost.observe(start_s=start)
         for stop in numbers("stops"):

@@ -220,22 +220,18 @@ def _one_line_errors() -> Iterator[None]:
     """The scheduler's answers to bad input (an unknown job id, a rejected spec) as one line, not
     the actor's traceback: Ray re-raises the actor's exception as a RayTaskError that is also an
     instance of the original class, with the original as `cause`. So is a scheduler that could
-    not start (`sdk.start_failure`: a state file that is not one)."""
-    from tidal.platform.sdk import SchedulerStartError, start_failure
+    not start (`sdk.scheduler_started`: a state file that is not one)."""
+    from tidal.platform.sdk import SchedulerStartError, scheduler_started
 
     try:
-        yield
+        with scheduler_started():
+            yield
     except (KeyError, ValueError) as e:
         cause = getattr(e, "cause", e)
         text = cause.args[0] if isinstance(cause, KeyError) and cause.args else str(cause)
         raise SystemExit(f"tidal: {text}") from None
     except SchedulerStartError as e:
         raise SystemExit(f"tidal: {e}") from None
-    except Exception as e:  # the actor could not start: its constructor's one line
-        why = start_failure(e)
-        if why is None:
-            raise
-        raise SystemExit(f"tidal: {why}") from None
 
 
 def _get(ref: Any) -> Any:
@@ -278,17 +274,17 @@ def cmd_start(args: argparse.Namespace) -> int:
     from tidal.platform.scheduler import SchedulerConfig
 
     config = None
-    serving = None
-    if args.serve_checkpoint or args.serve_model:  # checked before anything starts, as below
-        from tidal.serving.app import check_serving
+    app = None
+    if args.serve_checkpoint or args.serve_model:  # built (and so checked) before anything starts
+        from tidal.serving.app import gpt_app
 
         try:
             model = json.loads(args.serve_model) if args.serve_model else None
         except json.JSONDecodeError as e:
             raise SystemExit(f"tidal: --serve-model is not JSON ({e}): e.g. '{{\"d_model\": 64}}'") from None
         try:
-            serving = check_serving(args.serve_checkpoint, model)
-        except ValueError as e:  # "model: ..." or "checkpoint: ...": the flag that gave it
+            app = gpt_app(checkpoint=args.serve_checkpoint, model=model)
+        except ValueError as e:  # `check_serving`'s "model: ..." or "checkpoint: ...": that flag
             what, _, why = str(e).partition(": ")
             raise SystemExit(f"tidal: --serve-{what} {why}") from None
     if args.autoscaling_config:
@@ -310,14 +306,10 @@ def cmd_start(args: argparse.Namespace) -> int:
     from tidal.platform.dashboard import write_dashboard
 
     print(f"tidal: Grafana dashboard {write_dashboard()}")
-    if args.serve_checkpoint and serving is not None:
+    if args.serve_checkpoint and app is not None:
         from ray import serve
 
-        from tidal.serving.app import gpt_app
-
-        checkpoint, model = serving
-        serve.run(gpt_app(checkpoint=checkpoint, model=model), name="gpt", route_prefix="/gpt",
-                  blocking=False)
+        serve.run(app, name="gpt", route_prefix="/gpt", blocking=False)
         print("tidal: Serve application 'gpt' at /gpt")
     return 0
 

@@ -177,7 +177,7 @@ class Scheduler:
         # the restart cost measured from this actor's runs and its predecessors' (kept in the
         # store), and when each run was launched (also `JobView.running_s`) and each stop asked
         # for (a restarted actor measures its runs again: its jobs are QUEUED until it launches them)
-        self.restart = RestartCost.restored(self.store.measured(_RESTART_SAMPLES))
+        self.restart = RestartCost().restored(self.store.measured(_RESTART_SAMPLES))
         self.launched: dict[str, float] = {}
         self.stopping: dict[str, float] = {}
         self._incarnation = uuid.uuid4().hex  # this actor's life: a restart is another

@@ -54,7 +54,7 @@ class SchedulerStartError(RuntimeError):
 
 
 @contextlib.contextmanager
-def _started() -> Iterator[None]:
+def scheduler_started() -> Iterator[None]:
     """A scheduler that could not start as a SchedulerStartError of one line (`start_failure`)."""
     try:
         yield
@@ -131,12 +131,12 @@ def submit(spec: JobSpec, *, config: SchedulerConfig | None = None,
 
     dry_run(spec)
     scheduler = connect(config)
-    with _started():
+    with scheduler_started():
         job_id: str = ray.get(scheduler.submit.remote(spec, options))
     return JobHandle(job_id, scheduler)
 
 
 def list_jobs() -> list[dict[str, Any]]:
-    with _started():
+    with scheduler_started():
         rows: list[dict[str, Any]] = ray.get(connect().status.remote())
     return rows
