@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -132,21 +134,55 @@ def test_start_refuses_a_bad_serving_flag_before_joining_ray(tmp_path: Path, fla
         main(["start", *flags])
 
 
-def test_a_served_checkpoint_is_checked_whole(tmp_path: Path) -> None:
+def _tiny_checkpoint(d: Path, **shape: int) -> None:
     from tidal.jobs.checkpoint import TrainState
+    from tidal.jobs.models import GPTConfig, TinyGPT
+
+    params = TinyGPT(GPTConfig(vocab_size=65, **shape)).state_dict()
+    TrainState(step=10, seed=0, adam_step=10, params={k: v.clone() for k, v in params.items()}).save(d)
+
+
+def test_a_served_checkpoint_is_checked_whole(tmp_path: Path) -> None:
     from tidal.serving.app import check_serving
 
     d = tmp_path / "step_00000010"
-    TrainState(step=10, seed=0, adam_step=10, params={}).save(d)
+    shape = dict(seq_len=32, d_model=64, n_layer=2, n_head=4)
+    _tiny_checkpoint(d, **shape)
     home = Path.home()
-    assert check_serving(str(d), {"d_model": 64}) == (str(d), {"d_model": 64})
+    assert check_serving(str(d), shape) == (str(d), shape)
     if d.is_relative_to(home):  # "~" is expanded on this machine, as a replica would need
-        assert check_serving("~/" + str(d.relative_to(home)), None)[0] == str(d)
+        assert check_serving("~/" + str(d.relative_to(home)), shape)[0] == str(d)
     state = d / "tidal_state.pt"
-    state.write_bytes(state.read_bytes()[:10])  # a copy cut short
+    whole = state.read_bytes()
+    state.write_bytes(whole[:10])  # a copy cut short
     with pytest.raises(ValueError, match=r"^checkpoint: .*has 10 bytes, its meta says \d+: half-written$"):
-        check_serving(str(d), None)
+        check_serving(str(d), shape)
+    state.write_bytes(bytes(len(whole)))  # whole in size, not a state file
+    with pytest.raises(ValueError, match=r"^checkpoint: .+"):
+        check_serving(str(d), shape)
     assert check_serving("s3://bucket/run/step_00000010", None)[0] == "s3://bucket/run/step_00000010"
+
+
+@pytest.mark.parametrize(("served", "says"), [
+    (None, r"holds a GPT of seq_len 32, d_model 64, n_layer 2, vocab_size 65, the served one is "
+           r"seq_len 64, d_model 128, n_layer 4, vocab_size 65 \(no weight 'blocks\.2\..*'\)"),
+    (dict(d_model=64, n_layer=2), r"the served one is seq_len 64, d_model 64, n_layer 2, vocab_size 65 "
+                                  r"\(weight 'pos\.weight' is \[32, 64\], the served GPT's \[64, 64\]\)"),
+    (dict(seq_len=32, d_model=64, n_layer=1), r"n_layer 1, vocab_size 65 \(weight 'blocks\.1\..*' is not "),
+    (dict(seq_len=32, d_model=64, n_layer=2, vocab_size=100), r"\(weight 'tok\.weight' is \[65, 64\], "),
+])
+def test_a_served_checkpoint_must_fit_the_served_shape(tmp_path: Path, served: dict[str, int] | None,
+                                                       says: str) -> None:
+    """A replica loads the checkpoint into `shakespeare_gpt(**model)` (its defaults: d_model 128,
+    4 layers); weights of another shape would fail in every replica, in Serve's logs. `tidal
+    start` says so in one line naming both shapes, before joining Ray (none runs here)."""
+    d = tmp_path / "step_00000010"
+    _tiny_checkpoint(d, seq_len=32, d_model=64, n_layer=2, n_head=4)
+    flags = ["--serve-model", json.dumps(served)] if served else []
+    says = (rf"^tidal: --serve-checkpoint {re.escape(str(d))} .*{says}.*: "
+            r"give --serve-model the shape it was trained with$")
+    with pytest.raises(SystemExit, match=says):
+        main(["start", "--serve-checkpoint", str(d), *flags])
 
 
 @pytest.mark.parametrize(("steps", "says"), [

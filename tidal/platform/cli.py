@@ -269,7 +269,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_start(args: argparse.Namespace) -> int:
     """Tidal's control plane on the cluster this machine belongs to (after `ray start`): the
     scheduler actor (named, detached: it outlives this command), and with --serve-checkpoint the
-    GPT Serve application on the inference pool. Idempotent: an existing actor is reused."""
+    GPT Serve application on the inference pool (--serve-model alone: untrained weights of that
+    shape, which measure serving capacity). Idempotent: an existing actor is reused."""
     from tidal.platform import sdk
     from tidal.platform.scheduler import SchedulerConfig
 
@@ -306,7 +307,7 @@ def cmd_start(args: argparse.Namespace) -> int:
     from tidal.platform.dashboard import write_dashboard
 
     print(f"tidal: Grafana dashboard {write_dashboard()}")
-    if args.serve_checkpoint and app is not None:
+    if app is not None:
         from ray import serve
 
         serve.run(app, name="gpt", route_prefix="/gpt", blocking=False)
@@ -373,7 +374,8 @@ def main(argv: list[str] | None = None) -> int:
     sp.add_argument("--autoscaling-config",
                     help="the autoscaler's cluster config (on a `ray up` head: ~/ray_bootstrap_config.yaml): "
                          "jobs larger than today's cluster queue for the nodes it may launch")
-    sp.add_argument("--serve-model", help="the served model's shape as JSON, e.g. '{\"d_model\": 64}'")
+    sp.add_argument("--serve-model", help="the served model's shape as JSON, e.g. '{\"d_model\": 64}' "
+                                          "(alone: untrained weights of that shape)")
     sp.set_defaults(func=cmd_start)
     ev = sub.add_parser("events", help="a job's state changes, with why")
     ev.add_argument("job")

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import os
+import pickle
 import time
 from typing import Any
 
@@ -119,12 +120,12 @@ SHAPE = ("seq_len", "d_model", "n_layer", "n_head", "vocab_size")  # the served 
 def check_serving(checkpoint: str | None, model: Any) -> tuple[str | None, dict[str, Any]]:
     """The checkpoint (`~` expanded) and model shape a replica would load, checked on this
     machine before anything is deployed: the shape must be a mapping of `SHAPE` fields to
-    integers that make a GPT (`GPTConfig`'s rules); a local checkpoint must be a whole Tidal
-    checkpoint (its meta and state file; a URI is left to the replicas). A ValueError of one
-    line naming what is wrong otherwise: a replica that cannot load retries until Serve gives
-    up, and its traceback is in a replica's log, not in front of the user."""
+    integers that make a GPT (`GPTConfig`'s rules, over `shakespeare_gpt`'s defaults, which a
+    replica uses); a local checkpoint must be a whole Tidal checkpoint (its meta and state file)
+    whose weights have that shape (a URI is left to the replicas). A ValueError of one line
+    naming what is wrong otherwise: a replica that cannot load retries until Serve gives up, and
+    its traceback is in a replica's log, not in front of the user."""
     from tidal.jobs.checkpoint import CheckpointError, read_complete_meta
-    from tidal.jobs.models import GPTConfig
 
     if model is None:
         model = {}
@@ -136,16 +137,68 @@ def check_serving(checkpoint: str | None, model: Any) -> tuple[str | None, dict[
     if bad := [k for k, v in model.items() if not (isinstance(v, int) and not isinstance(v, bool))]:
         raise ValueError(f"model: {bad[0]} must be an integer, got {model[bad[0]]!r}")
     try:
-        GPTConfig(**{"vocab_size": 1, **model})
+        _served_config(model, vocab_size=1)
     except ValueError as e:
         raise ValueError(f"model: {e}") from None
     if checkpoint and "://" not in checkpoint:
         checkpoint = os.path.expanduser(checkpoint)
         try:
             read_complete_meta(checkpoint)
-        except (CheckpointError, OSError, ValueError) as e:
+            _check_weights(checkpoint, model)
+        except (CheckpointError, OSError, ValueError, RuntimeError, EOFError, pickle.UnpicklingError) as e:
             raise ValueError(f"checkpoint: {e}") from None
     return checkpoint, dict(model)
+
+
+def _served_config(model: dict[str, Any], vocab_size: int) -> Any:
+    """The `GPTConfig` a replica builds from `model` (`shakespeare_gpt(**model)`: its defaults,
+    not GPTConfig's), with `vocab_size` where `model` gives none (a replica uses the corpus's)."""
+    import inspect
+
+    from tidal.jobs.models import GPTConfig
+    from tidal.jobs.reference import shakespeare_gpt
+
+    defaults = {k: p.default for k, p in inspect.signature(shakespeare_gpt).parameters.items()
+                if k in SHAPE and k != "vocab_size"}
+    return GPTConfig(**{**defaults, "vocab_size": vocab_size, **model})
+
+
+def _check_weights(checkpoint: str, model: dict[str, Any]) -> None:
+    """The checkpoint's weights fit the served model: same names, same shapes (the state file is
+    memory-mapped, so only what the shapes need is read). The vocabulary's size is checked
+    only where `model` names one: otherwise a replica takes the corpus's, which a checkpoint of
+    this repository's GPT was trained on. CheckpointError naming the first difference."""
+    from pathlib import Path
+
+    import torch
+
+    from tidal.jobs.checkpoint import STATE_FILE, CheckpointError
+    from tidal.jobs.models import TinyGPT
+
+    raw = torch.load(Path(checkpoint) / STATE_FILE, map_location="cpu", mmap=True, weights_only=False)
+    params = raw.get("params") if isinstance(raw, dict) else None
+    if not isinstance(params, dict):
+        raise CheckpointError(f"{checkpoint} holds no model weights")
+    have = {k: tuple(v.shape) for k, v in params.items() if isinstance(v, torch.Tensor)}
+    if not have:
+        raise CheckpointError(f"{checkpoint} holds no model weights")
+    vocab = have.get("tok.weight", (1,))[0]
+    with torch.device("meta"):  # shapes only: no memory, no initialisation
+        want = {k: tuple(v.shape) for k, v in TinyGPT(_served_config(model, vocab)).state_dict().items()}
+    if have == want:
+        return
+
+    def shape(w: dict[str, tuple[int, ...]]) -> str:  # the shape fields weights show (n_head: none)
+        n_layer = len({k.split(".")[1] for k in w if k.startswith("blocks.")})
+        (v, d), (t, _) = w.get("tok.weight", (0, 0)), w.get("pos.weight", (0, 0))
+        return f"seq_len {t}, d_model {d}, n_layer {n_layer}, vocab_size {v}"
+
+    diff = (f"no weight {m[0]!r}" if (m := sorted(set(want) - set(have)))
+            else f"weight {e[0]!r} is not the served GPT's" if (e := sorted(set(have) - set(want)))
+            else next(f"weight {k!r} is {list(have[k])}, the served GPT's {list(want[k])}"
+                      for k in want if have[k] != want[k]))
+    raise CheckpointError(f"{checkpoint} holds a GPT of {shape(have)}, the served one is {shape(want)} "
+                          f"({diff}): give --serve-model the shape it was trained with")
 
 
 def gpt_app(*, checkpoint: str | None = None, model: dict[str, Any] | None = None, min_replicas: int = 1,
