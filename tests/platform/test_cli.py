@@ -43,6 +43,18 @@ def test_plan_rejects_gpu_count_outside_the_job(capsys: pytest.CaptureFixture[st
         main(["plan", str(REPO / "examples" / "shakespeare_job.py"), "--gpus", "2", "--samples", "9"])
 
 
+@pytest.mark.parametrize("every", ["0", "-1", "nan", "inf"])
+def test_status_watch_refuses_a_period_that_is_not_seconds(every: str,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """`tidal status --watch S`: S > 0 seconds, said by argparse (exit 2) before joining Ray
+    (none runs here); it was a ValueError from time.sleep after the first table."""
+    with pytest.raises(SystemExit) as e:
+        main(["status", "--watch", every])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(
+        f"error: --watch must be a number of seconds > 0, got {float(every):g}")
+
+
 def test_status_table_fits_long_ids_and_shows_progress() -> None:
     from tidal.platform.cli import format_status
 

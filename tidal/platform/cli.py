@@ -386,6 +386,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.command == "plan" and not 1 <= args.samples <= 8:
         ap.error("--samples must be between 1 and 8")
+    if args.command == "status" and args.watch is not None and not 0 < args.watch < math.inf:
+        ap.error(f"--watch must be a number of seconds > 0, got {args.watch:g}")
     code: int = args.func(args)
     return code
 
