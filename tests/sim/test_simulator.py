@@ -156,8 +156,23 @@ def test_a_malformed_workload_fails_on_its_line(tmp_path: Path, row: str, error:
     with pytest.raises(ValueError, match=error):
         read_workload(path)
     (tmp_path / "cols.csv").write_text("name,submission_time\nx,1\n")
-    with pytest.raises(ValueError, match=r"missing columns \['duration', 'application'"):
+    says = (r"missing columns \['application', 'num_gpus', 'num_cpus', 'exec_plan', 'steps'\] "
+            r"\(a workload has .*; optional: duration, bandwidth, is_sla\)$")
+    with pytest.raises(ValueError, match=says):
         read_workload(tmp_path / "cols.csv")
+
+
+def test_a_workload_may_leave_out_what_no_code_needs(tmp_path: Path) -> None:
+    """`duration` (informational), `bandwidth` (unused) and `is_sla` (best-effort) are optional:
+    a trace of the artifact's older columns reads as the same jobs."""
+    full = tmp_path / "full.csv"
+    full.write_text(HEADER + "x-0,5,10,vit,2,16,0,zero-dp,100,0\ny-1,7,,bert,1,8,0,ga,3,1\n")
+    short = tmp_path / "short.csv"
+    short.write_text("name,submission_time,application,num_gpus,num_cpus,exec_plan,steps\n"
+                     "x-0,5,vit,2,16,zero-dp,100\ny-1,7,bert,1,8,ga,3\n")
+    a, b = read_workload(full), read_workload(short)
+    assert [replace(j, duration=0.0, is_sla=False) for j in a] == b
+    assert [j.is_sla for j in a] == [False, True] and not any(j.is_sla for j in b)
 
 
 def test_what_a_cluster_cannot_run_is_named_before_a_model_is_fitted(
