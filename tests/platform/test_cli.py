@@ -192,7 +192,7 @@ def test_a_served_checkpoint_must_fit_the_served_shape(tmp_path: Path, served: d
     _tiny_checkpoint(d, seq_len=32, d_model=64, n_layer=2, n_head=4)
     flags = ["--serve-model", json.dumps(served)] if served else []
     says = (rf"^tidal: --serve-checkpoint {re.escape(str(d))} .*{says}.*: "
-            r"give --serve-model the shape it was trained with$")
+            r"serve it at the shape it was trained with \(--serve-model, gpt_app's model=\)$")
     with pytest.raises(SystemExit, match=says):
         main(["start", "--serve-checkpoint", str(d), *flags])
 

@@ -198,7 +198,8 @@ def _check_weights(checkpoint: str, model: dict[str, Any]) -> None:
             else next(f"weight {k!r} is {list(have[k])}, the served GPT's {list(want[k])}"
                       for k in want if have[k] != want[k]))
     raise CheckpointError(f"{checkpoint} holds a GPT of {shape(have)}, the served one is {shape(want)} "
-                          f"({diff}): give --serve-model the shape it was trained with")
+                          f"({diff}): serve it at the shape it was trained with (--serve-model, "
+                          "gpt_app's model=)")
 
 
 def gpt_app(*, checkpoint: str | None = None, model: dict[str, Any] | None = None, min_replicas: int = 1,
