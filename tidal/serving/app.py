@@ -177,9 +177,8 @@ def _check_weights(checkpoint: str, model: dict[str, Any]) -> None:
 
     raw = torch.load(Path(checkpoint) / STATE_FILE, map_location="cpu", mmap=True, weights_only=False)
     params = raw.get("params") if isinstance(raw, dict) else None
-    if not isinstance(params, dict):
-        raise CheckpointError(f"{checkpoint} holds no model weights")
-    have = {k: tuple(v.shape) for k, v in params.items() if isinstance(v, torch.Tensor)}
+    have = {k: tuple(v.shape) for k, v in (params if isinstance(params, dict) else {}).items()
+            if isinstance(v, torch.Tensor)}
     if not have:
         raise CheckpointError(f"{checkpoint} holds no model weights")
     vocab = have.get("tok.weight", (1,))[0]

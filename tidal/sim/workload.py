@@ -23,6 +23,7 @@ COLUMNS = ("name", "submission_time", "duration", "application", "num_gpus", "nu
 # (the artifact's README, §2), and without `is_sla` every job is best-effort (as in traces that
 # predate guaranteed jobs)
 OPTIONAL = ("duration", "bandwidth", "is_sla")
+REQUIRED = tuple(c for c in COLUMNS if c not in OPTIONAL)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,16 +71,14 @@ def _flag(path: str | Path, line: int, raw: str) -> bool:
 
 def read_workload(path: str | Path) -> list[SimJob]:
     """The jobs of a workload CSV (`COLUMNS`, of which `OPTIONAL` may be left out); a malformed
-    cell or a repeated name is a
-    ValueError naming its line, before any job is simulated."""
+    cell or a repeated name is a ValueError naming its line, before any job is simulated."""
     jobs = []
     with Path(path).open(encoding="utf-8-sig", newline="") as f:
         reader = csv.DictReader(f)
-        missing = [c for c in COLUMNS if c not in (reader.fieldnames or ()) and c not in OPTIONAL]
+        missing = [c for c in REQUIRED if c not in (reader.fieldnames or ())]
         if reader.fieldnames is not None and missing:
-            raise ValueError(f"{path}: missing columns {missing} (a workload has "
-                             f"{', '.join(c for c in COLUMNS if c not in OPTIONAL)}; optional: "
-                             f"{', '.join(OPTIONAL)})")
+            raise ValueError(f"{path}: missing columns {missing} (a workload has {', '.join(REQUIRED)}; "
+                             f"optional: {', '.join(OPTIONAL)})")
         seen: dict[str, int] = {}
         for r in reader:
             line = reader.line_num
