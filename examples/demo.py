@@ -216,7 +216,7 @@ def main() -> int:
 
         print("== starting Serve (app 'gpt' at /gpt, replicas on the inference pool) and the scheduler")
         serve.start(http_options={"host": "127.0.0.1", "port": PORT})
-        serve.run(gpt_app(checkpoint=ckpt, model=SERVE_MODEL, min_replicas=1,
+        serve.run(gpt_app(checkpoint=ckpt, min_replicas=1,  # at the shape its meta records
                           max_replicas=pool_gpus["inference"], upscale_delay_s=2.0, downscale_delay_s=30.0),
                   name="gpt", route_prefix="/gpt")
         state_dir = Path(os.environ.get("TIDAL_STORAGE", tempfile.mkdtemp(prefix="tidal-demo-")))

@@ -94,3 +94,15 @@ def test_a_checkpoint_cut_short_in_storage_is_not_complete(dist_world_of_one: No
     assert read_meta(tmp_path / "cut")["step"] == 1  # its meta alone looks fine
     with pytest.raises(CheckpointError, match="half-written"):
         read_complete_meta(tmp_path / "cut")
+
+
+def test_model_config_is_the_modules_own_dataclass() -> None:
+    """What a checkpoint's meta records as the model's shape: the dataclass a module keeps."""
+    import dataclasses
+
+    from tidal.jobs.checkpoint import model_config
+    from tidal.jobs.models import GPTConfig, TinyGPT
+
+    cfg = GPTConfig(vocab_size=65, seq_len=16, d_model=32, n_layer=1, n_head=2)
+    assert model_config(TinyGPT(cfg)) == dataclasses.asdict(cfg)
+    assert model_config(torch.nn.Linear(2, 2)) is None  # a module without one: nothing recorded

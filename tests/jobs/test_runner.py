@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -47,6 +48,9 @@ def test_reconfigured_run_reproduces_uninterrupted_loss_curve(ray_cluster: Any) 
         ckpt = r.checkpoint
         assert ckpt is not None and read_meta(ckpt)["step"] == r.final_step
         assert read_meta(ckpt)["plan"] == plan.to_dict()
+        # the shape it was trained at, for what serves it (ZeRO-3 partitions the module's weights,
+        # not its config)
+        assert read_meta(ckpt)["model"] == dataclasses.asdict(spec.model().cfg)
     assert r.finished and len(losses) == 30
     rel = [abs(a - b) / abs(a) for a, b in zip(whole.losses, losses, strict=True)]
     print(f"max relative loss difference over 30 steps: {max(rel):.2e}")

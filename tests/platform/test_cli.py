@@ -146,12 +146,16 @@ def test_start_refuses_a_bad_serving_flag_before_joining_ray(tmp_path: Path, fla
         main(["start", *flags])
 
 
-def _tiny_checkpoint(d: Path, **shape: int) -> None:
-    from tidal.jobs.checkpoint import TrainState
+def _tiny_checkpoint(d: Path, meta: bool = False, **shape: int) -> None:
+    """A Tidal checkpoint of a TinyGPT; with `meta`, its meta records the shape (as every run's
+    does since 2026-11-29: `tidal.jobs.checkpoint.model_config`), without it, as older ones."""
+    from tidal.jobs.checkpoint import TrainState, model_config
     from tidal.jobs.models import GPTConfig, TinyGPT
 
-    params = TinyGPT(GPTConfig(vocab_size=65, **shape)).state_dict()
-    TrainState(step=10, seed=0, adam_step=10, params={k: v.clone() for k, v in params.items()}).save(d)
+    model = TinyGPT(GPTConfig(vocab_size=65, **shape))
+    params = model.state_dict()
+    TrainState(step=10, seed=0, adam_step=10, params={k: v.clone() for k, v in params.items()},
+               meta={"model": model_config(model)} if meta else {}).save(d)
 
 
 def test_a_served_checkpoint_is_checked_whole(tmp_path: Path) -> None:
@@ -195,6 +199,23 @@ def test_a_served_checkpoint_must_fit_the_served_shape(tmp_path: Path, served: d
             r"serve it at the shape it was trained with \(--serve-model, gpt_app's model=\)$")
     with pytest.raises(SystemExit, match=says):
         main(["start", "--serve-checkpoint", str(d), *flags])
+
+
+def test_a_checkpoint_is_served_at_the_shape_its_meta_records(tmp_path: Path) -> None:
+    """A run's checkpoint records the shape it was trained at: served without a shape, it gets
+    that one (not `shakespeare_gpt`'s defaults), and a shape that contradicts it is one line
+    naming the field, n_head included (which no weight's shape shows)."""
+    from tidal.serving.app import check_serving
+
+    d = tmp_path / "step_00000010"
+    _tiny_checkpoint(d, meta=True, seq_len=32, d_model=64, n_layer=2, n_head=8)
+    trained = dict(seq_len=32, d_model=64, n_layer=2, n_head=8, vocab_size=65)
+    assert check_serving(str(d), None) == (str(d), trained)
+    assert check_serving(str(d), {"d_model": 64})[1] == trained
+    says = (rf"^tidal: --serve-model n_head 4 is not the shape {re.escape(str(d))} was trained at "
+            r"\(n_head 8\): leave it out, a checkpoint is served at its own shape$")
+    with pytest.raises(SystemExit, match=says):
+        main(["start", "--serve-checkpoint", str(d), "--serve-model", '{"n_head": 4, "d_model": 64}'])
 
 
 @pytest.mark.parametrize(("steps", "says"), [

@@ -87,6 +87,21 @@ class TrainState:
         )
 
 
+def model_config(module: Any) -> dict[str, Any] | None:
+    """The model's own configuration, for a checkpoint's meta (`"model"`): the dataclass a module
+    keeps as `cfg` or `config` (this repository's `TinyGPT` keeps its `GPTConfig` as `cfg`), as a
+    dict of JSON values; None for a module that keeps none. What loads the weights later (the
+    Serve app) builds the model at this shape without being told it."""
+    import dataclasses
+
+    for name in ("cfg", "config"):
+        c = getattr(module, name, None)
+        if dataclasses.is_dataclass(c) and not isinstance(c, type):
+            d = dataclasses.asdict(c)
+            return {k: v for k, v in d.items() if isinstance(v, (int, float, str, bool))}
+    return None
+
+
 def read_meta(directory: str | Path) -> dict[str, Any]:
     """The small JSON description of a checkpoint (step, plan, losses) without loading tensors."""
     path = Path(directory) / META_FILE

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from tidal.jobs.checkpoint import METRICS_FILE, TrainState, capture_state, restore_state
+from tidal.jobs.checkpoint import METRICS_FILE, TrainState, capture_state, model_config, restore_state
 from tidal.jobs.data import StepSampler
 from tidal.jobs.ds_config import deepspeed_config
 from tidal.jobs.spec import JobSpec, Plan, PlanError
@@ -247,6 +247,8 @@ class _Loop:
         if state is not None:
             state.meta = {"job": self.spec.name, "plan": self.plan.to_dict(), "loss": row["loss"],
                           "global_batch": self.spec.global_batch, "compute_steps": self.compute}
+            if (shape := model_config(self.engine.module)) is not None:
+                state.meta["model"] = shape
         self.hooks.save(state, row)
 
     def save_without_row(self, lr: float) -> None:

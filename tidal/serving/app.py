@@ -1,7 +1,7 @@
 """The inference side: a Ray Serve application that continues prompts with the repository's GPT,
 loaded from a Tidal checkpoint (the full fp32 weights any plan writes).
 
-    app = gpt_app(checkpoint="~/.cache/tidal/runs/<run>/step_00000300", model=dict(d_model=64, ...))
+    app = gpt_app(checkpoint="~/.cache/tidal/runs/<run>/step_00000300")  # at the shape it was trained
     serve.run(app, name="gpt", route_prefix="/gpt")
     # POST /gpt  {"prompt": "ROMEO:", "max_new_tokens": 32, "seed": 0}
     #        →   {"completion": "...", "tokens": 32, "step": 300}
@@ -122,7 +122,9 @@ def check_serving(checkpoint: str | None, model: Any) -> tuple[str | None, dict[
     machine before anything is deployed: the shape must be a mapping of `SHAPE` fields to
     integers that make a GPT (`GPTConfig`'s rules, over `shakespeare_gpt`'s defaults, which a
     replica uses); a local checkpoint must be a whole Tidal checkpoint (its meta and state file)
-    whose weights have that shape (a URI is left to the replicas). A ValueError of one line
+    whose weights have that shape (a URI is left to the replicas). A checkpoint whose meta
+    records the shape it was trained at (`"model"`, written by every run since 2026-11-29) gives
+    the fields `model` leaves out, and a field `model` gives otherwise is an error. A ValueError of one line
     naming what is wrong otherwise: a replica that cannot load retries until Serve gives up, and
     its traceback is in a replica's log, not in front of the user."""
     from tidal.jobs.checkpoint import CheckpointError, read_complete_meta
@@ -143,7 +145,17 @@ def check_serving(checkpoint: str | None, model: Any) -> tuple[str | None, dict[
     if checkpoint and "://" not in checkpoint:
         checkpoint = os.path.expanduser(checkpoint)
         try:
-            read_complete_meta(checkpoint)
+            trained = read_complete_meta(checkpoint).get("model")
+        except (CheckpointError, OSError, ValueError) as e:
+            raise ValueError(f"checkpoint: {e}") from None
+        trained = ({k: v for k, v in trained.items() if k in SHAPE and isinstance(v, int)
+                    and not isinstance(v, bool)} if isinstance(trained, dict) else {})
+        if differ := [k for k in SHAPE if k in model and k in trained and model[k] != trained[k]]:
+            raise ValueError("model: " + ", ".join(f"{k} {model[k]}" for k in differ) + f" is not the shape "
+                             f"{checkpoint} was trained at (" + ", ".join(f"{k} {trained[k]}" for k in differ)
+                             + "): leave it out, a checkpoint is served at its own shape")
+        model = {**trained, **model}
+        try:
             _check_weights(checkpoint, model)
         except (CheckpointError, OSError, ValueError, RuntimeError, EOFError, pickle.UnpicklingError) as e:
             raise ValueError(f"checkpoint: {e}") from None
