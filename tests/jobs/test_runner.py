@@ -177,3 +177,18 @@ def test_nan_loss_fails_the_run_naming_the_step(ray_cluster: Any) -> None:
     spec = tiny_gpt_spec(name="nan-loss", total_steps=60, checkpoint_every=10, loss=NanAfter(40))
     with pytest.raises(Exception, match=r"non-finite loss at step 41"):
         run(spec, Plan(dp=1, micro_batch=8), Resources(num_workers=1, gpus_per_worker=1))
+
+
+def test_storage_that_cannot_hold_checkpoints_is_one_line(tmp_path: Any, monkeypatch: Any) -> None:
+    """No cluster: `check_storage` names the storage and why (a file where the directory should
+    be, a parent that is a file), and creates a missing directory."""
+    from tidal.jobs.runner import StorageError, check_storage
+
+    monkeypatch.setenv("TIDAL_STORAGE", str(tmp_path / "new" / "runs"))
+    assert check_storage() == tmp_path / "new" / "runs" and (tmp_path / "new" / "runs").is_dir()
+    (tmp_path / "file").write_text("not a directory")
+    for bad in (tmp_path / "file", tmp_path / "file" / "runs"):
+        monkeypatch.setenv("TIDAL_STORAGE", str(bad))
+        with pytest.raises(StorageError, match=rf"^\$TIDAL_STORAGE {bad} cannot hold checkpoints "
+                                               r"\((not a directory|.+)\): it must be a writable directory"):
+            check_storage()

@@ -9,6 +9,7 @@ loss curves equal to uninterrupted runs; every run's workers ran on the nodes it
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from pathlib import Path
@@ -116,11 +117,22 @@ class FailAfter:
 
 @integration
 def test_reject_fail_and_cancel(scheduler: Any) -> None:
-    from tidal.platform.cli import format_status, main
+    from tidal.platform.cli import _get, format_status, main
 
     for command in ("status", "cancel"):  # an unknown id is one line, not the actor's traceback
         with pytest.raises(SystemExit, match=r"^tidal: no job 'nope'$"):
             main([command, "nope"])
+    storage = Path(os.environ["TIDAL_STORAGE"])  # the actor's too: a file in its place for a moment
+    storage.rename(storage.with_name(storage.name + ".away"))
+    try:
+        storage.write_text("not a directory")
+        with pytest.raises(SystemExit, match=rf"^tidal: \$TIDAL_STORAGE {storage} cannot hold checkpoints "
+                                             r"\(not a directory\)"):
+            _get(scheduler.submit.remote(tiny_gpt_spec(name="no-storage")))  # as the CLI's answers
+        assert not [r for r in sdk.list_jobs() if r["name"] == "no-storage"]  # nothing stored
+    finally:
+        storage.unlink(missing_ok=True)
+        storage.with_name(storage.name + ".away").rename(storage)
     with pytest.raises(SpecError, match="needs 8 GPUs, the cluster has 4"):  # unpickled as itself
         ray.get(scheduler.submit.remote(tiny_gpt_spec(name="too-big", min_gpus=8, max_gpus=8)))
     ok = sdk.JobHandle(ray.get(scheduler.submit.remote(

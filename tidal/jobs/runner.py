@@ -53,6 +53,29 @@ def storage_root() -> Path:
     return Path(os.environ.get("TIDAL_STORAGE", Path.home() / ".cache" / "tidal" / "runs"))
 
 
+class StorageError(ValueError):
+    """The runs' storage cannot hold checkpoints (one line naming it)."""
+
+
+def check_storage() -> Path:
+    """`storage_root()`, created if missing, once it is known to be a directory this process can
+    write: StorageError naming it otherwise. The scheduler checks it when a job is submitted, so a
+    storage that is a file, read-only or on a missing mount refuses the job before anything runs,
+    not when its first run launches."""
+    root = storage_root()
+    what = f"$TIDAL_STORAGE {root}" if "TIDAL_STORAGE" in os.environ else f"storage {root}"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe = root / f".tidal-probe-{uuid.uuid4().hex[:8]}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        why = "not a directory" if root.exists() and not root.is_dir() else (e.strerror or str(e)).lower()
+        raise StorageError(f"{what} cannot hold checkpoints ({why}): it must be a writable "
+                           "directory (on a multi-node cluster, one every node mounts)") from None
+    return root
+
+
 @dataclass(frozen=True, kw_only=True)
 class Resources:
     """What a run's workers get. One worker per data-parallel rank.
@@ -353,8 +376,7 @@ def make_trainer(train_fn: Any, config: dict[str, Any], resources: Resources, *,
         placement_strategy="PACK",
         label_selector=label_selector,
     )
-    storage = storage_root()
-    storage.mkdir(parents=True, exist_ok=True)
+    storage = check_storage()
     return TorchTrainer(
         train_loop_per_worker=train_fn,
         train_loop_config=config,

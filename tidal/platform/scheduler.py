@@ -56,7 +56,7 @@ from tidal.core.correction import Correction, CorrectionConfig, corrected, obser
 from tidal.core.policy import Allocation, Decision, JobView, Node, Option, PolicyConfig, Snapshot, predicted
 from tidal.core.restarts import RestartCost
 from tidal.jobs.checkpoint import CheckpointError, read_meta
-from tidal.jobs.runner import checkpoint_done
+from tidal.jobs.runner import check_storage, checkpoint_done
 from tidal.jobs.spec import JobSpec, Plan, SpecError
 from tidal.planner.jobplan import Cluster, ProfileConfig, check_fits
 from tidal.platform import admission
@@ -202,6 +202,7 @@ class Scheduler:
             raise SpecError("spec", f"expected a tidal.JobSpec, got {type(spec).__name__}")
         from ray import cloudpickle
 
+        check_storage()  # StorageError naming it: nothing stored, nothing launched
         cluster = self._cluster()
         job_id = f"{spec.name}-{uuid.uuid4().hex[:6]}"
         if options is None:
