@@ -122,9 +122,9 @@ def check_serving(checkpoint: str | None, model: Any) -> tuple[str | None, dict[
     machine before anything is deployed: the shape must be a mapping of `SHAPE` fields to
     integers that make a GPT (`GPTConfig`'s rules, over `shakespeare_gpt`'s defaults, which a
     replica uses); a local checkpoint must be a whole Tidal checkpoint (its meta and state file)
-    whose weights have that shape (a URI is left to the replicas). A checkpoint whose meta
-    records the shape it was trained at (`"model"`, written by every run since 2026-11-29) gives
-    the fields `model` leaves out, and a field `model` gives otherwise is an error. A ValueError of one line
+    whose weights have that shape (a URI is left to the replicas). The shape a run recorded in
+    the checkpoint's meta (`"model"`: `tidal.jobs.checkpoint.model_config`) gives the fields
+    `model` leaves out; a field `model` gives otherwise is an error. A ValueError of one line
     naming what is wrong otherwise: a replica that cannot load retries until Serve gives up, and
     its traceback is in a replica's log, not in front of the user."""
     from tidal.jobs.checkpoint import CheckpointError, read_complete_meta
@@ -136,7 +136,7 @@ def check_serving(checkpoint: str | None, model: Any) -> tuple[str | None, dict[
     if unknown := sorted(set(model) - set(SHAPE)):
         raise ValueError(f"model: unknown field(s) {', '.join(map(str, unknown))} "
                          f"(known: {', '.join(SHAPE)})")
-    if bad := [k for k, v in model.items() if not (isinstance(v, int) and not isinstance(v, bool))]:
+    if bad := [k for k, v in model.items() if not _is_int(v)]:
         raise ValueError(f"model: {bad[0]} must be an integer, got {model[bad[0]]!r}")
     try:
         _served_config(model, vocab_size=1)
@@ -148,8 +148,9 @@ def check_serving(checkpoint: str | None, model: Any) -> tuple[str | None, dict[
             trained = read_complete_meta(checkpoint).get("model")
         except (CheckpointError, OSError, ValueError) as e:
             raise ValueError(f"checkpoint: {e}") from None
-        trained = ({k: v for k, v in trained.items() if k in SHAPE and isinstance(v, int)
-                    and not isinstance(v, bool)} if isinstance(trained, dict) else {})
+        if not isinstance(trained, dict):  # a checkpoint older than the record: `model` alone
+            trained = {}
+        trained = {k: v for k, v in trained.items() if k in SHAPE and _is_int(v)}
         if differ := [k for k in SHAPE if k in model and k in trained and model[k] != trained[k]]:
             raise ValueError("model: " + ", ".join(f"{k} {model[k]}" for k in differ) + f" is not the shape "
                              f"{checkpoint} was trained at (" + ", ".join(f"{k} {trained[k]}" for k in differ)
@@ -160,6 +161,10 @@ def check_serving(checkpoint: str | None, model: Any) -> tuple[str | None, dict[
         except (CheckpointError, OSError, ValueError, RuntimeError, EOFError, pickle.UnpicklingError) as e:
             raise ValueError(f"checkpoint: {e}") from None
     return checkpoint, dict(model)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _served_config(model: dict[str, Any], vocab_size: int) -> Any:
