@@ -13,8 +13,9 @@ every GPU count with the user's plan, Rubick every (GPU count, best plan).
               get their guarantee first; a waiting job is admitted at its smallest option, taking
               GPUs from the running jobs whose throughput falls least per GPU (slope) when its own
               gain is larger; free GPUs then go, one option step at a time, to the job whose
-              throughput rises most per GPU; jobs restarted `max_restarts` times are left alone.
-              No damping, no aging.
+              throughput rises most per GPU; jobs restarted `max_restarts` times keep at least
+              what they run (never shrunk for an admission) and may still grow, the rule
+              Tidal's policy applies to them. No damping, no aging.
 """
 
 from __future__ import annotations
@@ -67,6 +68,9 @@ def rubick(snapshot: Snapshot) -> Decision:
     cfg = snapshot.config
     jobs = sorted(snapshot.jobs, key=lambda j: (j.guarantee is None, j.arrival, j.job_id))
     choice: dict[str, int | None] = {j.job_id: current_index(j) for j in jobs}
+    # jobs restarted `max_restarts` times are not shrunk; they grow (frozen whole, such a job
+    # held 1 GPU of an idle cluster until it ended: syn-r2-sla0-mix-spread's makespan, seed 0,
+    # was 80,805 s frozen and 44,166 s with growth, which had flattered Tidal's ratio 1.87×)
     frozen = {j.job_id for j in jobs if choice[j.job_id] is not None and j.restarts >= cfg.max_restarts}
     free = _capacity(snapshot) - sum(j.options[i].gpus for j in jobs if (i := choice[j.job_id]) is not None)
 
@@ -109,7 +113,7 @@ def rubick(snapshot: Snapshot) -> Decision:
         best_up: tuple[float, JobView, int] | None = None
         for k in jobs:
             i = choice[k.job_id]
-            if i is None or k.job_id in frozen or i + 1 >= len(k.options):
+            if i is None or i + 1 >= len(k.options):
                 continue
             for nxt in range(i + 1, len(k.options)):
                 extra = k.options[nxt].gpus - k.options[i].gpus
