@@ -51,7 +51,7 @@ SENSITIVITY: dict[str, tuple[float | bool | str, ...]] = {
     "aging_s": (150.0, 600.0, 1200.0), "horizon_s": (300.0, 1200.0, 2400.0),
     "guarantee_margin": (0.0, 0.1, 0.3), "grow_into_idle": (False,), "max_restarts": (10, 40),
     "admission_preempts": ("later", "any"), "aging_width_cap": (2.0, 8.0, math.inf),
-    "settle_s": (1200.0, math.inf)}
+    "settle_s": (1200.0, 2400.0)}
 PERFECT = "truth as Tidal's model"
 BOTH_PERFECT = "truth as both models"
 
