@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-from tidal.core.policy import Allocation, JobView, Node, Option, Plan, PolicyConfig, Snapshot
+from tests.core.test_policy import _job
+from tidal.core.policy import Allocation, Node, Plan, PolicyConfig, Snapshot
 from tidal.sim import baselines
-
-
-def _job(jid: str, arrival: float, counts: list[int], sps: list[float], **kw: object) -> JobView:
-    opts = tuple(Option(gpus=n, plan=Plan(dp=n, micro_batch=8 // n), samples_per_s=s)
-                 for n, s in zip(counts, sps, strict=True))
-    return JobView(job_id=jid, arrival=arrival, options=opts, **kw)  # type: ignore[arg-type]
 
 
 def test_rubick_does_not_shrink_a_job_restarted_too_often_but_grows_it() -> None:

@@ -68,10 +68,10 @@ def rubick(snapshot: Snapshot) -> Decision:
     cfg = snapshot.config
     jobs = sorted(snapshot.jobs, key=lambda j: (j.guarantee is None, j.arrival, j.job_id))
     choice: dict[str, int | None] = {j.job_id: current_index(j) for j in jobs}
-    # jobs restarted `max_restarts` times are not shrunk; they grow (frozen whole, such a job
-    # held 1 GPU of an idle cluster until it ended: syn-r2-sla0-mix-spread's makespan, seed 0,
-    # was 80,805 s frozen and 44,166 s with growth, which had flattered Tidal's ratio 1.87×)
-    frozen = {j.job_id for j in jobs if choice[j.job_id] is not None and j.restarts >= cfg.max_restarts}
+    # jobs restarted `max_restarts` times are kept: not shrunk, but they grow (frozen whole, such
+    # a job held 1 GPU of an idle cluster until it ended: syn-r2-sla0-mix-spread's makespan, seed
+    # 0, was 80,805 s frozen and 44,166 s with growth, which had flattered Tidal's ratio 1.87×)
+    kept = {j.job_id for j in jobs if choice[j.job_id] is not None and j.restarts >= cfg.max_restarts}
     free = _capacity(snapshot) - sum(j.options[i].gpus for j in jobs if (i := choice[j.job_id]) is not None)
 
     def floor(j: JobView) -> int:  # a guarantee no option reaches: the largest option
@@ -90,7 +90,7 @@ def rubick(snapshot: Snapshot) -> Decision:
             best: tuple[float, JobView, int] | None = None
             for k in jobs:
                 i = choice[k.job_id]
-                if k is j or i is None or k.job_id in frozen or i <= floor(k):
+                if k is j or i is None or k.job_id in kept or i <= floor(k):
                     continue
                 freed = k.options[i].gpus - k.options[i - 1].gpus
                 slope = (_v(k, i) - _v(k, i - 1)) / freed
