@@ -8,7 +8,8 @@ decisions at every arrival and completion), 260 s of lost progress per start or 
 iteration times looked up in the measured tables for the plan and placement actually chosen;
 the policies see only the planner's model fitted on ≤ 8 noisy profiled rows per application
 (`--extrapolation`: how the truth prices shapes outside the measured GPU counts).
-Prints a policy × metrics table, then `tidal_avg_jct_s`, `tidal_makespan_s`,
+Prints a policy × metrics table, each policy's makespan over the bound no policy shown the same
+options can beat (`tidal.sim.bounds`), then `tidal_avg_jct_s`, `tidal_makespan_s`,
 `jct_speedup_vs_rubick`, `jct_speedup_vs_fifo_static` and last `makespan_speedup_vs_fifo_static`.
 Writes `<out>/<workload>-jct-cdf.png` and `<out>/<workload>-<policy>-timeline.png`.
 """
@@ -18,9 +19,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 from tidal.core.correction import CorrectionConfig
+from tidal.sim.bounds import makespan_bound
 from tidal.sim.plots import allocation_timeline, jct_cdf
 from tidal.sim.simulator import POLICIES, SimConfig, Simulator
 from tidal.sim.tables import EXTRAPOLATIONS, Truth
@@ -71,6 +74,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{'policy':<13}" + "".join(f"{c:>22}" for c in COLUMNS))
     for name, r in results.items():
         print(f"{name:<13}" + "".join(f"{r.metrics[c]:>22,.3f}" for c in COLUMNS))
+    # the makespan no policy shown the same options can beat (`tidal.sim.bounds`), per policy
+    # (the static ones are shown other options than the co-optimizing ones)
+    print("\nmakespan ÷ the bound for the options each policy is shown (tidal.sim.bounds):")
+    for name, r in results.items():
+        kind = POLICIES[name].kind
+        b = makespan_bound(jobs, truth, partial(planner.options, kind=kind), capacity=cfg.gpus,
+                           gpus_per_node=cfg.gpus_per_node, restart_s=cfg.restart_s)
+        by = f"job {b.critical}" if b.job_s >= b.work_s else "the work"
+        print(f"  {name:<13}{r.metrics['makespan_s'] / b.makespan_s:>7.3f}  (bound {b.makespan_s:,.0f} s, "
+              f"set by {by}; options: {kind})")
     args.out.mkdir(parents=True, exist_ok=True)
     stem = args.workload.stem
     jct_cdf(list(results.values()), args.out / f"{stem}-jct-cdf.png", title=f"JCT CDF — {stem}")

@@ -54,9 +54,11 @@ from tidal.sim.workload import SimJob, check_jobs, family
 
 METRICS = (("avg_jct_s", "JCT"), ("makespan_s", "makespan"), ("guarantee_violation_s", "violation"),
            ("idle_while_waiting_gpu_s", "idle·wait GPU-s"))
-# one constant at a time, around the default (PolicyConfig)
+# one constant at a time, around the default (PolicyConfig). aging_s 310 and horizon_s 620 (3%
+# off) are the noise floor: a change that small should move nothing, and what it moves is how
+# much of a worst case one instance's chain of decisions makes (docs/log/policy.md, 2026-11-29)
 SENSITIVITY: dict[str, tuple[float | bool | str, ...]] = {
-    "aging_s": (150.0, 600.0, 1200.0), "horizon_s": (300.0, 1200.0, 2400.0),
+    "aging_s": (150.0, 310.0, 600.0, 1200.0), "horizon_s": (300.0, 620.0, 1200.0, 2400.0),
     "guarantee_margin": (0.0, 0.1, 0.3), "grow_into_idle": (False,), "max_restarts": (10, 40),
     "admission_preempts": ("later", "any"), "aging_width_cap": (2.0, 8.0, math.inf),
     "settle_s": (1200.0, 2400.0)}
