@@ -79,11 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     print("\nmakespan ÷ the bound for the options each policy is shown (tidal.sim.bounds):")
     for name, r in results.items():
         kind = POLICIES[name].kind
-        b = makespan_bound(jobs, truth, partial(planner.options, kind=kind), capacity=cfg.gpus,
-                           gpus_per_node=cfg.gpus_per_node, restart_s=cfg.restart_s)
-        by = f"job {b.critical}" if b.job_s >= b.work_s else "the work"
+        b = makespan_bound(jobs, truth, partial(planner.options, kind=kind), cfg)
         print(f"  {name:<13}{r.metrics['makespan_s'] / b.makespan_s:>7.3f}  (bound {b.makespan_s:,.0f} s, "
-              f"set by {by}; options: {kind})")
+              f"set by {b.set_by}; options: {kind})")
     args.out.mkdir(parents=True, exist_ok=True)
     stem = args.workload.stem
     jct_cdf(list(results.values()), args.out / f"{stem}-jct-cdf.png", title=f"JCT CDF — {stem}")

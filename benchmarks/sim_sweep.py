@@ -118,8 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     # the makespan no policy shown these options can beat (`tidal.sim.bounds`): how much of the
     # Rubick re-implementation's makespan is left to gain at all
     bounds: dict[str, MakespanBound] = {
-        name: makespan_bound(jobs, truth, partial(planners[seed].options, kind="co"), capacity=cfg.gpus,
-                             gpus_per_node=cfg.gpus_per_node, restart_s=cfg.restart_s)
+        name: makespan_bound(jobs, truth, partial(planners[seed].options, kind="co"), cfg)
         for name, jobs, seed in workloads}
     jct = {n: r["rubick"]["avg_jct_s"] / r["tidal"]["avg_jct_s"] for n, r in results.items()}
     mk = {n: r["rubick"]["makespan_s"] / r["tidal"]["makespan_s"] for n, r in results.items()}
@@ -143,8 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     over = {p: {n: results[n][p]["makespan_s"] / bounds[n].makespan_s for n in results}
             for p in ("tidal", "rubick")}
     for n, b in bounds.items():
-        by = b.critical if b.job_s >= b.work_s else "the work"
-        print(f"{n:<36}{b.makespan_s:>15,.0f}{by:>22}" + "".join(f"{over[p][n]:>16.3f}" for p in over)
+        print(f"{n:<36}{b.makespan_s:>15,.0f}{b.set_by:>22}" + "".join(f"{over[p][n]:>16.3f}" for p in over)
               + ("  BELOW THE BOUND" if min(over[p][n] for p in over) < 1 - 1e-9 else ""))
 
     if not args.no_sensitivity:

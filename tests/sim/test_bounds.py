@@ -30,8 +30,7 @@ def test_one_job_alone_is_its_fastest_option_from_its_arrival(world: tuple[Truth
     job = _job("a", 100.0, 1000)
     opts = planner.options(job, "co")
     fastest = min(truth.best_time("bert", o.plan, o.gpus, 8) for o in opts)
-    b = makespan_bound([job], truth, lambda j: planner.options(j, "co"), capacity=16, gpus_per_node=8,
-                       restart_s=260.0)
+    b = makespan_bound([job], truth, lambda j: planner.options(j, "co"), CFG)
     assert b.critical == "a"
     assert b.job_s == pytest.approx(260.0 + 1000 * fastest)  # from the first (its own) arrival
     assert b.makespan_s == pytest.approx(max(b.job_s, b.work_s))
@@ -42,10 +41,8 @@ def test_one_job_alone_is_its_fastest_option_from_its_arrival(world: tuple[Truth
 def test_many_jobs_at_once_are_bound_by_their_work(world: tuple[Truth, SimPlanner]) -> None:
     truth, planner = world
     jobs = [_job(f"j{i}", 0.0, 2000) for i in range(40)]
-    b = makespan_bound(jobs, truth, lambda j: planner.options(j, "co"), capacity=16, gpus_per_node=8,
-                       restart_s=260.0)
-    one = makespan_bound(jobs[:1], truth, lambda j: planner.options(j, "co"), capacity=16,
-                         gpus_per_node=8, restart_s=260.0)
+    b = makespan_bound(jobs, truth, lambda j: planner.options(j, "co"), CFG)
+    one = makespan_bound(jobs[:1], truth, lambda j: planner.options(j, "co"), CFG)
     assert b.job_s == pytest.approx(one.job_s)  # the same job, at the same time
     assert b.work_s == pytest.approx(40 * one.work_s)  # 40 times the GPU-seconds on the same GPUs
     assert b.makespan_s == b.work_s > b.job_s
@@ -55,8 +52,7 @@ def test_a_late_arrival_counts_only_the_work_after_it(world: tuple[Truth, SimPla
     truth, planner = world
     early = [_job(f"e{i}", 0.0, 2000) for i in range(40)]
     late = _job("late", 1e6, 10)
-    b = makespan_bound([*early, late], truth, lambda j: planner.options(j, "co"), capacity=16,
-                       gpus_per_node=8, restart_s=260.0)
+    b = makespan_bound([*early, late], truth, lambda j: planner.options(j, "co"), CFG)
     assert b.critical == "late"
     assert b.makespan_s == pytest.approx(b.job_s)
     assert b.job_s > 1e6
@@ -69,8 +65,7 @@ def test_no_policy_beats_the_bound(world: tuple[Truth, SimPlanner], name: str) -
     for seed in (1, 2):
         jobs = synthetic(truth, jobs=30, jobs_per_hour=90, seed=seed,
                          mix={"bert": 1.0, "gpt2": 1.0, "t5": 1.0, "vit": 1.0}, median_s=300, sigma=1.5)
-        b = makespan_bound(jobs, truth, lambda j: planner.options(j, kind), capacity=CFG.gpus,
-                           gpus_per_node=CFG.gpus_per_node, restart_s=CFG.restart_s)
+        b = makespan_bound(jobs, truth, lambda j: planner.options(j, kind), CFG)
         m = Simulator(jobs, truth, planner, POLICIES[name], CFG).run().metrics
         assert b.makespan_s <= m["makespan_s"] + 1e-6, (name, seed, b, m["makespan_s"])
         assert b.makespan_s > 0.5 * m["makespan_s"]  # and not vacuous: within 2× of a real schedule
@@ -79,5 +74,4 @@ def test_no_policy_beats_the_bound(world: tuple[Truth, SimPlanner], name: str) -
 def test_no_jobs_is_an_error(world: tuple[Truth, SimPlanner]) -> None:
     truth, planner = world
     with pytest.raises(ValueError, match="no jobs"):
-        makespan_bound([], truth, lambda j: planner.options(j, "co"), capacity=16, gpus_per_node=8,
-                       restart_s=260.0)
+        makespan_bound([], truth, lambda j: planner.options(j, "co"), CFG)

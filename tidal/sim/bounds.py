@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tidal.core.policy import Option
+from tidal.sim.simulator import SimConfig
 from tidal.sim.tables import Truth
 from tidal.sim.workload import SimJob
 
@@ -42,11 +43,18 @@ class MakespanBound:
     work_s: float  # the work bound, from the first arrival
     critical: str  # the job that sets the job bound
 
+    @property
+    def set_by(self) -> str:
+        """What sets the bound: the critical job, or the work."""
+        return f"job {self.critical}" if self.job_s >= self.work_s else "the work"
+
 
 def makespan_bound(jobs: Sequence[SimJob], truth: Truth, options: Callable[[SimJob], Sequence[Option]],
-                   *, capacity: int, gpus_per_node: int, restart_s: float) -> MakespanBound:
-    """The bound of the module docstring for `jobs` on `capacity` GPUs; `options(job)`: what a
-    policy is offered for it (those above `capacity` are left out, as the simulator does)."""
+                   cfg: SimConfig) -> MakespanBound:
+    """The bound of the module docstring for `jobs` on `cfg`'s cluster (its GPUs, GPUs per node
+    and restart cost); `options(job)`: what a policy is offered for it (those above the cluster's
+    GPUs are left out, as the simulator does)."""
+    capacity, gpus_per_node, restart_s = cfg.gpus, cfg.gpus_per_node, cfg.restart_s
     if not jobs:
         raise ValueError("makespan_bound: no jobs")
     first = min(j.submit for j in jobs)

@@ -114,14 +114,17 @@ class Truth:
         return {app: {(r.exec_plan, r.placement): r.sample.iter_s for r in placements(self.root, app)}
                 for app in MODELS}
 
-    def _means(self, key: Callable[[str, tuple[int, ...]], K]) -> dict[str, dict[K, float]]:
-        """Per app, the mean measured time of the rows grouped by key(plan, GPUs per node)."""
+    def _means(self, key: Callable[[str, tuple[int, ...]], K],
+               reduce: Callable[[list[float]], float] = lambda v: float(np.mean(v))
+               ) -> dict[str, dict[K, float]]:
+        """Per app, the mean (or `reduce`) measured time of the rows grouped by key(plan, GPUs
+        per node)."""
         out: dict[str, dict[K, float]] = {}
         for app, rows in self._rows.items():
             acc: dict[K, list[float]] = defaultdict(list)
             for (code, placement), t in rows.items():
                 acc[key(code, decode_placement(placement))].append(t)
-            out[app] = {k: float(np.mean(v)) for k, v in acc.items()}
+            out[app] = {k: reduce(v) for k, v in acc.items()}
         return out
 
     @cached_property
@@ -175,14 +178,7 @@ class Truth:
     @cached_property
     def _fastest_placement(self) -> dict[str, dict[tuple[str, int], float]]:
         """(plan, GPU count) → the fastest measured time over every placement of that count."""
-        out: dict[str, dict[tuple[str, int], float]] = {}
-        for app, rows in self._rows.items():
-            best: dict[tuple[str, int], float] = {}
-            for (code, placement), t in rows.items():
-                k = (code, sum(decode_placement(placement)))
-                best[k] = min(t, best.get(k, math.inf))
-            out[app] = best
-        return out
+        return self._means(lambda code, g: (code, sum(g)), reduce=min)
 
     def best_time(self, app: str, plan: Plan, gpus: int, gpus_per_node: int) -> float:
         """The fastest iteration of `plan` on `gpus` GPUs the simulator may meet: packed on the
