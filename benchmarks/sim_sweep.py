@@ -32,7 +32,14 @@ the re-implementation's over the bound), the workloads where the re-implementati
 of the bound (`sweep_rubick_within_1pct_of_bound`), and `sweep_min_jct_speedup_vs_rubick`.
 `--seeds N` runs the family for N seeds (other synthetic workloads, guarantee draws and profile
 noise) and takes every figure over all of them: one seed's worst case can be one instance's
-luck (a change that lowers seed 0's worst JCT case can raise seeds 1 and 2's).
+luck (a change that lowers seed 0's worst JCT case can raise seeds 1 and 2's). `--copies K`
+goes further: each workload is also run (Tidal and the Rubick re-implementation) on K-1 copies
+whose arrivals are jittered by up to `--jitter-s` (30 s, half a round: `tidal.sim.workload.
+jittered`), a workload no scheduler would call different; it prints each copy's speedups and
+their median per workload, and before the last line the geomean and worst case of those medians
+(`sweep_median_of_copies_...`), the worst single copy (`sweep_every_copy_min_...`) and the
+copies on which Tidal's violation is no worse. A worst case that a 30-s jitter moves by 0.2 is
+one instance's chain of decisions; the median over copies is the policy's.
 """
 
 from __future__ import annotations
@@ -44,13 +51,14 @@ import time
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
+from statistics import median
 
 from tidal.core.policy import PolicyConfig
 from tidal.sim.bounds import MakespanBound, makespan_bound
 from tidal.sim.simulator import POLICIES, VIOLATION_CAUSES, SimConfig, Simulator
 from tidal.sim.tables import EXTRAPOLATIONS, Truth
 from tidal.sim.views import PerfectPlanner, SimPlanner
-from tidal.sim.workload import SimJob, check_jobs, family
+from tidal.sim.workload import SimJob, check_jobs, family, jittered
 
 METRICS = (("avg_jct_s", "JCT"), ("makespan_s", "makespan"), ("guarantee_violation_s", "violation"),
            ("idle_while_waiting_gpu_s", "idle·wait GPU-s"))
@@ -68,6 +76,14 @@ BOTH_PERFECT = "truth as both models"
 
 def geomean(xs: list[float]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def ratios(m: dict[str, dict[str, float]]) -> tuple[float, float, bool]:
+    """Tidal's JCT and makespan speedups over the Rubick re-implementation, and whether its
+    guarantee violation is no worse."""
+    t, r = m["tidal"], m["rubick"]
+    return (r["avg_jct_s"] / t["avg_jct_s"], r["makespan_s"] / t["makespan_s"],
+            t["guarantee_violation_s"] <= r["guarantee_violation_s"] + 1e-6)
 
 
 def run(jobs: list[SimJob], truth: Truth, planner: SimPlanner, policy: str,
@@ -89,9 +105,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--extrapolation", choices=EXTRAPOLATIONS, default="flat",
                     help="the truth's rule outside the measured GPU counts (tidal.sim.tables)")
     ap.add_argument("--no-sensitivity", action="store_true")
+    ap.add_argument("--copies", type=int, default=1,
+                    help="also run Tidal and the Rubick re-implementation on copies-1 copies of each "
+                         "workload with arrivals jittered by up to --jitter-s (tidal.sim.workload.jittered) "
+                         "and print the median of each workload's ratios over the copies")
+    ap.add_argument("--jitter-s", type=float, default=30.0,
+                    help="the copies' arrival jitter, seconds either way (default: half a 60-s round)")
     args = ap.parse_args(argv)
     if args.seeds < 1:
         ap.error(f"--seeds must be >= 1, got {args.seeds}")
+    if args.copies < 1:
+        ap.error(f"--copies must be >= 1, got {args.copies}")
+    if not (args.jitter_s > 0 and math.isfinite(args.jitter_s)):
+        ap.error(f"--jitter-s must be a positive number of seconds, got {args.jitter_s}")
     policies = list(dict.fromkeys(["tidal", "rubick", *args.policies]))
     seeds = range(args.seed, args.seed + args.seeds)
     cfg = SimConfig()
@@ -108,8 +134,14 @@ def main(argv: list[str] | None = None) -> int:
     planners = {s: SimPlanner(truth=truth, seed=s) for s in seeds}
     t0 = time.time()
     results: dict[str, dict[str, dict[str, float]]] = {}
+    # per workload, Tidal's (JCT, makespan) speedups and whether its violation is not worse, on
+    # the workload itself (copy 0) and on its jittered copies
+    copies: dict[str, list[tuple[float, float, bool]]] = {}
     for i, (name, jobs, seed) in enumerate(workloads):
         results[name] = {p: run(jobs, truth, planners[seed], p, cfg) for p in policies}
+        copies[name] = [ratios(results[name])] + [
+            ratios({p: run(jittered(jobs, args.jitter_s, seed=1000 * seed + k), truth, planners[seed], p, cfg)
+                    for p in ("tidal", "rubick")}) for k in range(1, args.copies)]
         print(f"[{i + 1}/{len(workloads)}] {name}: {len(jobs)} jobs ({time.time() - t0:.0f} s)", flush=True)
     print(f"\n{'workload':<36}{'policy':<13}" + "".join(f"{label:>14}" for _, label in METRICS))
     for name, by_policy in results.items():
@@ -120,10 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     bounds: dict[str, MakespanBound] = {
         name: makespan_bound(jobs, truth, partial(planners[seed].options, kind="co"), cfg)
         for name, jobs, seed in workloads}
-    jct = {n: r["rubick"]["avg_jct_s"] / r["tidal"]["avg_jct_s"] for n, r in results.items()}
-    mk = {n: r["rubick"]["makespan_s"] / r["tidal"]["makespan_s"] for n, r in results.items()}
-    viol_ok = {n: r["tidal"]["guarantee_violation_s"] <= r["rubick"]["guarantee_violation_s"] + 1e-6
-               for n, r in results.items()}
+    jct = {n: c[0][0] for n, c in copies.items()}
+    mk = {n: c[0][1] for n, c in copies.items()}
+    viol_ok = {n: c[0][2] for n, c in copies.items()}
     print(f"\n{'workload':<36}{'JCT speedup':>14}{'makespan sp.':>14}  violation tidal / rubick "
           f"(each: {' + '.join(VIOLATION_CAUSES)})")
 
@@ -144,6 +175,17 @@ def main(argv: list[str] | None = None) -> int:
     for n, b in bounds.items():
         print(f"{n:<36}{b.makespan_s:>15,.0f}{b.set_by:>22}" + "".join(f"{over[p][n]:>16.3f}" for p in over)
               + ("  BELOW THE BOUND" if min(over[p][n] for p in over) < 1 - 1e-9 else ""))
+
+    if args.copies > 1:  # the same figures, each workload's the median over its copies
+        print(f"\narrival jitter ±{args.jitter_s:g} s, {args.copies} copies of each workload (copy 0: "
+              "the workload itself):\nTidal's speedups over the Rubick re-implementation, each copy, "
+              "then the median")
+        for n, cs in copies.items():
+            line = "   ".join(f"{what} " + " ".join(f"{x[k]:.3f}" for x in cs)
+                               + f"  median {median(x[k] for x in cs):.3f}"
+                               for k, what in ((0, "JCT"), (1, "makespan")))
+            worse = sum(not x[2] for x in cs)
+            print(f"{n:<36}{line}" + (f"  violation worse on {worse}" if worse else ""))
 
     if not args.no_sensitivity:
         print("\nsensitivity of Tidal's constants (one at a time; JCT and makespan speedup vs rubick)")
@@ -187,6 +229,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"sweep_max_geomean_makespan_speedup_vs_rubick: {geomean(list(over['rubick'].values())):.3f}")
     near = sum(x < 1.01 for x in over["rubick"].values())
     print(f"sweep_rubick_within_1pct_of_bound: {near}/{len(over['rubick'])}")
+    if args.copies > 1:
+        med = {k: [median(x[k] for x in cs) for cs in copies.values()] for k in (0, 1)}
+        print(f"sweep_copies: {args.copies} (arrival jitter ±{args.jitter_s:g} s)")
+        print(f"sweep_median_of_copies_geomean_jct_speedup_vs_rubick: {geomean(med[0]):.3f}")
+        print(f"sweep_median_of_copies_min_jct_speedup_vs_rubick: {min(med[0]):.3f}")
+        print(f"sweep_median_of_copies_geomean_makespan_speedup_vs_rubick: {geomean(med[1]):.3f}")
+        print(f"sweep_median_of_copies_min_makespan_speedup_vs_rubick: {min(med[1]):.3f}")
+        every = [x for cs in copies.values() for x in cs]
+        print(f"sweep_every_copy_min_jct_speedup_vs_rubick: {min(x[0] for x in every):.3f}")
+        print(f"sweep_every_copy_min_makespan_speedup_vs_rubick: {min(x[1] for x in every):.3f}")
+        print(f"sweep_every_copy_guarantee_violation_not_worse: {sum(x[2] for x in every)}/{len(every)}")
     print(f"sweep_min_jct_speedup_vs_rubick: {min(jct.values()):.3f}")
     return 0
 

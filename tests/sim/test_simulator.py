@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 from dataclasses import replace
@@ -23,7 +24,15 @@ from tidal.sim.simulator import (
 )
 from tidal.sim.tables import Truth, packed
 from tidal.sim.views import PerfectPlanner, SimPlanner
-from tidal.sim.workload import SimJob, check_jobs, family, read_workload, synthetic, write_workload
+from tidal.sim.workload import (
+    SimJob,
+    check_jobs,
+    family,
+    jittered,
+    read_workload,
+    synthetic,
+    write_workload,
+)
 
 RUBICK = Path(__file__).resolve().parents[3] / "shared" / "traces" / "rubick"
 AZURE = RUBICK.parent / "azure-llm" / "AzureLLMInferenceTrace_conv.csv"
@@ -205,6 +214,16 @@ def test_the_simulator_benchmarks_refuse_a_bad_workload_in_one_line(tmp_path: Pa
         "(the tables have bert, gpt2, t5, roberta, vit, llama7, llama30)")
 
 
+@pytest.mark.parametrize("args,error", [
+    (["--copies", "0"], "--copies must be >= 1, got 0"),
+    (["--copies", "3", "--jitter-s", "-5"], "--jitter-s must be a positive number of seconds, got -5.0")])
+def test_sim_sweep_refuses_bad_copies_in_one_line(args: list[str], error: str) -> None:
+    root = Path(__file__).resolve().parents[2]
+    cmd = [sys.executable, str(root / "benchmarks" / "sim_sweep.py"), "--traces", str(RUBICK), *args]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=root)
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1] == f"sim_sweep.py: error: {error}", r.stderr
+
+
 def test_rubick_trace_reads(world: tuple[Truth, SimPlanner, list[SimJob]]) -> None:
     jobs = read_workload(RUBICK / "workload-base.csv")
     assert len(jobs) == 406 and {j.app for j in jobs} == set(world[0].apps())
@@ -227,6 +246,22 @@ def test_the_workload_family(world: tuple[Truth, SimPlanner, list[SimJob]]) -> N
     assert [(n, [(j.name, j.submit, j.steps, j.exec_plan) for j in jobs]) for n, jobs in fam] == [
         (n, [(j.name, j.submit, j.steps, j.exec_plan) for j in jobs])
         for n, jobs in family(truth, [str(RUBICK / "workload-base.csv")], jobs=60)]
+
+
+def test_a_jittered_copy_moves_each_arrival_by_at_most_the_jitter() -> None:
+    """The same jobs (names, sizes, work, guarantees), each submitted within ±jitter of its
+    time and never before 0; seeded; a bad jitter is refused in one line."""
+    base = read_workload(RUBICK / "workload-base.csv")
+    copy = jittered(base, 30.0, seed=1)
+    assert [replace(j, submit=0.0) for j in copy] == [replace(j, submit=0.0) for j in base]
+    moves = [c.submit - j.submit for c, j in zip(copy, base, strict=True)]
+    assert all(-30.0 <= m <= 30.0 for m in moves) and min(j.submit for j in copy) >= 0.0
+    assert sum(m != 0 for m in moves) > len(base) // 2 and max(moves) > 20 and min(moves) < -20
+    assert copy == jittered(base, 30.0, seed=1) and copy != jittered(base, 30.0, seed=2)
+    assert jittered(base, 0.0, seed=1) == base
+    for bad in (-1.0, math.inf, math.nan):
+        with pytest.raises(ValueError, match="jitter must be a finite number of seconds >= 0"):
+            jittered(base, bad, seed=1)
 
 
 def test_a_guaranteed_job_stopped_after_its_start_is_in_violation(

@@ -192,6 +192,18 @@ def rescaled(jobs: Sequence[SimJob], rate: float) -> list[SimJob]:
     return [replace(j, submit=round(j.submit / rate)) for j in jobs]
 
 
+def jittered(jobs: Sequence[SimJob], seconds: float, seed: int) -> list[SimJob]:
+    """The same jobs, each submitted up to `seconds` earlier or later (uniform, seeded; never
+    before 0): a copy of the workload no scheduler would call different (at half the simulator's
+    60-s round, most arrivals stay in their round), whose decisions can still chain otherwise.
+    `benchmarks/sim_sweep.py --copies` judges a policy over such copies, not on one instance's
+    luck."""
+    if not (seconds >= 0 and math.isfinite(seconds)):
+        raise ValueError(f"jitter must be a finite number of seconds >= 0, got {seconds}")
+    rng = np.random.default_rng(seed)
+    return [replace(j, submit=max(0.0, j.submit + float(rng.uniform(-seconds, seconds)))) for j in jobs]
+
+
 def with_guarantees(jobs: Sequence[SimJob], share: float, seed: int) -> list[SimJob]:
     """The same jobs with a seeded `share` of them guaranteed (`is_sla`), the rest best-effort."""
     rng = np.random.default_rng([seed, round(share * 1000)])
