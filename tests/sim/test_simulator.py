@@ -221,7 +221,8 @@ def test_sim_sweep_refuses_bad_copies_in_one_line(args: list[str], error: str) -
     root = Path(__file__).resolve().parents[2]
     cmd = [sys.executable, str(root / "benchmarks" / "sim_sweep.py"), "--traces", str(RUBICK), *args]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=root)
-    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1] == f"sim_sweep.py: error: {error}", r.stderr
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines()[-1] == f"sim_sweep.py: error: {error}", r.stderr
 
 
 def test_rubick_trace_reads(world: tuple[Truth, SimPlanner, list[SimJob]]) -> None:
