@@ -211,10 +211,8 @@ def main(argv: list[str] | None = None) -> int:
                 runs = {n: run(jobs, world, views[sd], "tidal", c) for n, jobs, sd in workloads}
                 ref = results if world is truth and label != BOTH_PERFECT else {
                     n: {"rubick": run(jobs, world, views[sd], "rubick", cfg)} for n, jobs, sd in workloads}
-                js = [ref[n]["rubick"]["avg_jct_s"] / runs[n]["avg_jct_s"] for n in runs]
-                ms = [ref[n]["rubick"]["makespan_s"] / runs[n]["makespan_s"] for n in runs]
-                ok = sum(r["guarantee_violation_s"] <= ref[n]["rubick"]["guarantee_violation_s"] + 1e-6
-                         for n, r in runs.items())
+                rs = [ratios({"tidal": r, "rubick": ref[n]["rubick"]}) for n, r in runs.items()]
+                js, ms, ok = [x[0] for x in rs], [x[1] for x in rs], sum(x[2] for x in rs)
             print(f"{label:<30}{geomean(js):>14.3f}{min(js):>10.3f}{geomean(ms):>14.3f}{min(ms):>10.3f}"
                   f"{f'{ok}/{len(js)}':>17}", flush=True)
 
