@@ -697,6 +697,21 @@ def test_a_worn_job_grows_once_it_has_settled() -> None:
     assert not grows(19, 5000.0)  # a shrink after the growth would leave it kept at 8 GPUs
 
 
+def test_a_kept_job_grows_into_idle_gpus_only_while_nobody_waits() -> None:
+    """Restarted `max_restarts` times, A is kept (never shrunk again). Alone, it grows into the
+    idle GPUs its remaining work pays for; while B waits (8 GPUs, which A's kept 2 leave too
+    few of), A stays on 2: a growth it could never give back would hold GPUs B waits for."""
+    nodes = (Node(node_id="a", gpus=8),)
+    cfg = PolicyConfig(max_restarts=20)
+    d = decide(Snapshot(nodes=nodes, jobs=(_lone(1e7, restarts=20),), config=cfg))
+    assert d.allocations["A"].gpus == 8 and d.changed == ("A",)
+    b = _job("B", 1, [8], [800], remaining_samples=1e6)
+    d = decide(Snapshot(nodes=nodes, jobs=(_lone(1e7, restarts=20), b), config=cfg))
+    assert d.allocations["A"].gpus == 2 and d.changed == () and "B" not in d.allocations
+    # one restart short of kept it is merely worn: no growth into idle GPUs even when alone
+    assert decide(Snapshot(nodes=nodes, jobs=(_lone(1e7, restarts=19),), config=cfg)).changed == ()
+
+
 def test_idle_growth_never_takes_gpus_a_waiting_job_could_use() -> None:
     """B waits for 4 GPUs; the knapsack gives them to it before any growth, so A does not grow
     into them (growth takes only what the decision leaves idle)."""

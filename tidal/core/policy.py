@@ -121,7 +121,8 @@ case: 0.743.)
 5. Growth into idle GPUs (`grow_into_idle`): owned GPUs the decision leaves idle go to running
    jobs whose growth pays its restart over their real remaining work (the objective's
    horizon cap hides that when nobody competes for them; a job past half its restart
-   allowance not at all by default, or after `settle_s` on its allocation); not while the decision uses lent
+   allowance not at all by default, or after `settle_s` on its allocation; a kept job, which
+   can never give GPUs back, only while no job waits); not while the decision uses lent
    GPUs (capacity that comes and goes: the next round undoes the growth; `grow_into_idle`).
 
 **Lent GPUs** (inference GPUs Serve does not need now: `Node.recallable`) are worth less than
@@ -951,7 +952,6 @@ def _decide(snapshot: Snapshot) -> Decision:
     # first) had taken the GPUs it gave up, was stopped, with a restart, and a guaranteed one
     # below its guarantee (tests/core/test_policy.py has the case).
     stay: dict[str, int] = {}
-    pinned = frozenset(frozen) | frozenset(kept)
     running_by_id = {j.job_id: j for j in running}
     # each job's floor, computed once for every round below (`guarantee_index`: 0 without a
     # guarantee, None where no option reaches it), and the GPUs of the guaranteed jobs' floors
@@ -1006,12 +1006,12 @@ def _decide(snapshot: Snapshot) -> Decision:
                         break
                     unplaceable[oid] = d.reasons[jid]
     if cfg.grow_into_idle:
-        d = grow_into_idle(snapshot, d, reasons, running, pinned, capacity)
+        d = grow_into_idle(snapshot, d, reasons, running, frozenset(frozen), capacity)
     return d
 
 
 def grow_into_idle(snapshot: Snapshot, d: Decision, reasons: Mapping[str, str], running: list[JobView],
-                   pinned: frozenset[str], capacity: int) -> Decision:
+                   frozen: frozenset[str], capacity: int) -> Decision:
     """Phase 5: owned GPUs that the decision leaves idle (no waiting job can use them: the
     knapsack gives every GPU a waiting job fits) go to allocated jobs whose growth pays for its
     restart over their *real* remaining work, not the horizon-capped work of the objective:
@@ -1033,6 +1033,20 @@ def grow_into_idle(snapshot: Snapshot, d: Decision, reasons: Mapping[str, str], 
     exception costs more than it gives (over seeds 0-2 the worst JCT case 0.993 → 0.912, the
     worst makespan case 0.890 both), so `settle_s` is inf by default: the exception is off. If a
     grown job cannot be placed, the decision stays as it was.
+
+    Kept jobs (restarted `max_restarts` times: never shrunk again, phase 3) grow here only while
+    no job waits. Such a growth cannot be undone, so the thrash the gate above guards against
+    (grow, then shrink for the next arrival, a restart each way) cannot happen; what it costs is
+    that the GPUs it takes stay with it until it ends, hence only when nobody waits for them.
+    Until 2026-12-01 kept jobs never grew here: vit-185 of sim_sweep.py's
+    syn-r2-sla25-small-short-anyplan@2, kept on 4 GPUs after 20 restarts in its first 7,000 s,
+    ran its last 50,000 s there beside 60 idle GPUs (makespan speedup 0.890, the family's worst
+    case; 1.042 with the rule, the median over its copies 0.896 → 1.040). Over seeds 0-2 and 5
+    arrival-jittered copies of each workload (`sim_sweep.py --seeds 3 --copies 5`), the
+    medians' JCT geomean / worst 1.363 / 0.969 → 1.362 / 0.969, makespan 1.006 / 0.896 → 1.010
+    / 0.903; 3 of the 42 distinct workloads moved by more than 0.02. Letting worn jobs that are
+    not kept grow while nobody waits as well lost the worst JCT median (0.969 → 0.819, on
+    syn-r0.5-sla50-large-spread@0: docs/log/policy.md).
 
     Why: the horizon cap makes long jobs compare by throughput, but with no competitor the cap
     hid what growth saves: on benchmarks/sim_sweep.py a t5 job shrunk to 4 GPUs ran its last
@@ -1057,11 +1071,15 @@ def grow_into_idle(snapshot: Snapshot, d: Decision, reasons: Mapping[str, str], 
     by_id = {j.job_id: j for j in snapshot.jobs}
     now_at = {jid: next(i for i, o in enumerate(by_id[jid].options) if o.gpus == a.gpus)
               for jid, a in d.allocations.items()}
+    # no job waits: every job of the snapshot is given GPUs (kept jobs may grow only then)
+    nobody_waits = len(d.allocations) == len(snapshot.jobs)
     items: Items = []
     for jid, i in now_at.items():
         j = by_id[jid]
         settled = j.restarts + 2 <= cfg.max_restarts and j.current is not None and j.running_s >= cfg.settle_s
-        if (jid in pinned or (j.restarts >= cfg.max_restarts // 2 and not settled)
+        kept = j.current is not None and j.restarts >= cfg.max_restarts
+        worn = j.restarts >= cfg.max_restarts // 2 and not settled
+        if (jid in frozen or (kept and not nobody_waits) or (worn and not kept)
                 or not 0 < j.remaining_samples < math.inf):
             continue
         cur = j.options[i]
