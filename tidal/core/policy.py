@@ -1006,12 +1006,12 @@ def _decide(snapshot: Snapshot) -> Decision:
                         break
                     unplaceable[oid] = d.reasons[jid]
     if cfg.grow_into_idle:
-        d = grow_into_idle(snapshot, d, reasons, running, frozenset(frozen), capacity)
+        d = grow_into_idle(snapshot, d, reasons, running, frozenset(kept), capacity)
     return d
 
 
 def grow_into_idle(snapshot: Snapshot, d: Decision, reasons: Mapping[str, str], running: list[JobView],
-                   frozen: frozenset[str], capacity: int) -> Decision:
+                   kept: frozenset[str], capacity: int) -> Decision:
     """Phase 5: owned GPUs that the decision leaves idle (no waiting job can use them: the
     knapsack gives every GPU a waiting job fits) go to allocated jobs whose growth pays for its
     restart over their *real* remaining work, not the horizon-capped work of the objective:
@@ -1077,9 +1077,9 @@ def grow_into_idle(snapshot: Snapshot, d: Decision, reasons: Mapping[str, str], 
     for jid, i in now_at.items():
         j = by_id[jid]
         settled = j.restarts + 2 <= cfg.max_restarts and j.current is not None and j.running_s >= cfg.settle_s
-        kept = j.current is not None and j.restarts >= cfg.max_restarts
         worn = j.restarts >= cfg.max_restarts // 2 and not settled
-        if (jid in frozen or (kept and not nobody_waits) or (worn and not kept)
+        # (finishing jobs, `decide`'s frozen ones, have no remaining samples)
+        if ((jid in kept and not nobody_waits) or (worn and jid not in kept)
                 or not 0 < j.remaining_samples < math.inf):
             continue
         cur = j.options[i]
