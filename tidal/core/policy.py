@@ -156,7 +156,6 @@ import bisect
 import gc
 import itertools
 import math
-import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -917,13 +916,18 @@ def decide(snapshot: Snapshot) -> Decision:
 def _decide(snapshot: Snapshot) -> Decision:
     cfg = snapshot.config
     jobs = sorted(snapshot.jobs, key=lambda j: (j.arrival, j.job_id))
-    for j in jobs:
-        counts = [o.gpus for o in j.options]
-        if not counts or any(map(operator.ge, counts, counts[1:])):
+    inf = math.inf
+    for j in jobs:  # one plain loop: generators per job were 14 ms of a 5,000-job round
+        if not j.options:
             raise ValueError(f"job {j.job_id}: options must be non-empty with increasing GPU counts")
-        if not all(0.0 < o.samples_per_s < math.inf for o in j.options):  # NaN fails both
-            raise ValueError(f"job {j.job_id}: option throughputs must be positive and finite, got "
-                             f"{[o.samples_per_s for o in j.options]}")
+        prev = -inf
+        for o in j.options:
+            if o.gpus <= prev:
+                raise ValueError(f"job {j.job_id}: options must be non-empty with increasing GPU counts")
+            if not 0.0 < o.samples_per_s < inf:  # NaN fails both
+                raise ValueError(f"job {j.job_id}: option throughputs must be positive and finite, got "
+                                 f"{[o.samples_per_s for o in j.options]}")
+            prev = o.gpus
     jobs = [guarded(j, cfg.guarantee_margin) for j in jobs]
     snapshot = replace(snapshot, jobs=tuple(jobs))
     capacity = sum(n.gpus for n in snapshot.nodes if not n.recallable)
