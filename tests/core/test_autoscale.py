@@ -1,4 +1,5 @@
-"""The node request (tidal.core.autoscale): what runs plus what waits, nothing when nothing waits."""
+"""The node request (tidal.core.autoscale): what runs plus what waits, nothing when nothing waits
+and every run has registered itself."""
 
 from __future__ import annotations
 
@@ -13,9 +14,12 @@ def _job(jid: str, arrival: float, counts: list[int], cpus: float = 4.0, **kw: o
     return JobView(job_id=jid, arrival=arrival, options=opts, **kw)  # type: ignore[arg-type]
 
 
-def test_nothing_waits_nothing_is_asked_for() -> None:
+def test_nothing_waits_nothing_is_asked_for_once_every_run_registered() -> None:
     snap = Snapshot(nodes=(Node(node_id="a", gpus=8, cpus=64),), jobs=(_job("A", 0, [1, 2, 4]),))
-    assert node_request(snap, decide(snap)) == ()
+    d = decide(snap)
+    assert node_request(snap, d, registered=frozenset({"A"})) == ()
+    # A just launched, its run not registered yet: its GPUs stay asked for (module docstring)
+    assert len(node_request(snap, d)) == d.allocations["A"].gpus > 0
 
 
 def test_waiting_jobs_ask_for_their_smallest_option_on_top_of_what_runs() -> None:

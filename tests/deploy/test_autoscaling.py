@@ -63,6 +63,12 @@ def test_job_larger_than_the_cluster_launches_nodes_that_go_when_idle(tmp_path: 
     asked = [e for e in r["events"] if "asked the autoscaler for 4 GPUs" in e]
     assert asked, r["events"]  # B's four; A's two are in its Ray Train run's own registration
     assert any("withdrew the autoscaler request" in e for e in r["events"]), r["events"]
+    # held from B's request until its run registered its own workers: not withdrawn at its launch,
+    # which once left the fresh nodes unclaimed and one was retired under the starting run
+    launch = next(i for i, e in enumerate(r["events"]) if "autoscale-b" in e and " launched:" in e)
+    ask = max(i for i, e in enumerate(r["events"][:launch]) if "asked the autoscaler for 4 GPUs" in e)
+    assert not any("withdrew" in e for e in r["events"][ask:launch]), r["events"]
+    assert any("withdrew" in e for e in r["events"][launch:]), r["events"]
     assert r["a_state_before_cancel"] == "RUNNING"  # A kept its place on the head meanwhile
 
     assert set(r["nodes"][-1]["nodes"]) == head, r["nodes"][-1]  # the launched node went away

@@ -9,15 +9,22 @@ whole training demand when jobs wait:
             + one per GPU of the smallest option of every job that waits (its floor for a
               guaranteed job), c = the option's CPUs per GPU
 
-and nothing (`()`, which withdraws the request) when no job waits. Idle nodes then scale down
-by the autoscaler's own idle timeout. Bundles on lent (inference) GPUs are not asked for: the
-inference pool is Serve's to size.
+and nothing (`()`, which withdraws the request) when no job waits and every allocated job's
+run has registered itself (below). Idle nodes then scale down by the autoscaler's own idle
+timeout. Bundles on lent (inference) GPUs are not asked for: the inference pool is Serve's to
+size.
 
 The request has two writers in Ray 2.60: Ray Train V2 registers every run's workers with
 Ray's `AutoscalingCoordinator` actor, which merges all its requesters' bundles and resends them
 through `request_resources` every 20 s, replacing whatever anyone else asked for. So Tidal
 registers there too (`tidal.platform.scheduler`), and leaves out the jobs whose runs Ray Train
 already registers (`registered`): their running workers would be asked for twice.
+
+A job just launched is not registered yet: its Train controller registers as it starts, and
+its placement group comes after that, seconds later (tens on a loaded machine). Until then
+the request keeps holding its GPUs. Measured: withdrawing the request as the last waiting job
+launched left its freshly launched nodes unclaimed, idle past the autoscaler's timeout, and
+the autoscaler retired one under the starting run (CI, the autoscaling test, 2026-12-02).
 """
 
 from __future__ import annotations
@@ -29,10 +36,11 @@ Bundle = dict[str, float]
 
 def node_request(snapshot: Snapshot, decision: Decision,
                  registered: frozenset[str] = frozenset()) -> tuple[Bundle, ...]:
-    """The bundles to request (module docstring); `()` when nothing waits. Jobs in `registered`
-    (their Ray Train runs ask for their workers themselves) add nothing for what they hold."""
+    """The bundles to request (module docstring); `()` when nothing waits and every allocated
+    job is in `registered` (their Ray Train runs ask for their workers themselves, so they add
+    nothing for what they hold)."""
     waiting = [j for j in snapshot.jobs if j.job_id not in decision.allocations]
-    if not waiting:
+    if not waiting and registered.issuperset(decision.allocations):
         return ()
     lent = {n.node_id for n in snapshot.nodes if n.recallable}
     margin = snapshot.config.guarantee_margin

@@ -141,6 +141,12 @@ class RunControl:
     def aborted(self) -> bool:
         return self._aborted
 
+    def started(self) -> bool:
+        """Whether the controller has started: Ray Train calls its scaling policy's
+        `after_controller_start`, which registers the run's workers with the autoscaling
+        coordinator, before the callback that sets the controller here."""
+        return self._controller is not None
+
     def register(self, rank: int, node_id: str) -> None:
         """Each worker says where it really runs (the executor verifies placements with it)."""
         self._workers[rank] = node_id
@@ -246,6 +252,7 @@ class RunHandle:
         self._result: RunResult | None = None
         self._error: BaseException | None = None
         self._stop_time: float | None = None
+        self._registered = False
         self._t0 = time.time()
         self._thread = threading.Thread(target=self._fit, name=f"tidal-{self.run_id}", daemon=True)
         self._thread.start()
@@ -294,6 +301,16 @@ class RunHandle:
 
     def done(self) -> bool:
         return not self._thread.is_alive()
+
+    def registered(self) -> bool:
+        """Whether Ray Train has registered the run's workers with the autoscaling coordinator
+        (`RunControl.started`); once True, the answer is kept without asking again."""
+        if not self._registered and not self.done():
+            try:
+                self._registered = bool(ray.get(self.control.started.remote(), timeout=10))
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                return False
+        return self._registered
 
     def progress(self) -> dict[str, Any] | None:
         """The latest step's metrics, or None before the first step."""

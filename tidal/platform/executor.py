@@ -101,6 +101,12 @@ class Executor:
     def has_run(self, job_id: str) -> bool:
         return job_id in self.handles
 
+    def registered(self, job_id: str) -> bool:
+        """Whether the job's run has registered its workers with Ray's autoscaling coordinator
+        (`tidal.core.autoscale`); False if it has no run here."""
+        h = self.handles.get(job_id)
+        return h is not None and h.registered()
+
     def progress(self, job_id: str) -> dict[str, Any] | None:
         h = self.handles.get(job_id)
         return h.progress() if h is not None else None

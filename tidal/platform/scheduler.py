@@ -763,8 +763,9 @@ class Scheduler:
             if not recs:  # nothing to schedule: ask only for waiting profiles (or withdraw)
                 self._request_nodes(profiles)
                 return
-            # runs Ray Train registers with the autoscaler itself (tidal.core.autoscale)
-            registered = frozenset(r.job_id for r in recs if r.state in (JobState.RUNNING, JobState.STOPPING))
+            # runs Ray Train has registered with the autoscaler itself (tidal.core.autoscale)
+            registered = frozenset(r.job_id for r in recs if r.state in (JobState.RUNNING, JobState.STOPPING)
+                                   and self.executor.registered(r.job_id))
             snapshot = Snapshot(now=time.time(), nodes=tuple(nodes), jobs=tuple(self._views(recs)),
                                 config=self.cfg.policy)
             if not nodes:  # no training capacity at all: every job waits
