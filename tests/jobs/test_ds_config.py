@@ -25,8 +25,9 @@ def test_settings_for_the_device() -> None:
     spec = tiny_gpt_spec(plans=PlanSpace())
     plain = Plan(dp=1, zero_stage=3, micro_batch=8)
     cpu, cuda = deepspeed_config(spec, plain, "cpu"), deepspeed_config(spec, plain, "cuda")
-    assert cpu["optimizer"]["params"]["torch_adam"] is True and "fused" not in cpu["optimizer"]["params"]
-    assert cuda["optimizer"]["params"]["fused"] is True  # torch.optim.AdamW(fused=True)
+    for cfg in (cpu, cuda):  # torch.optim.AdamW(fused=True) on either device
+        params = cfg["optimizer"]["params"]
+        assert params["torch_adam"] is True and params["fused"] is True
     assert cuda["zero_optimization"]["overlap_comm"] is True
     assert cpu["zero_optimization"]["stage3_param_persistence_threshold"] == 0
     assert "stage3_param_persistence_threshold" not in cuda["zero_optimization"]  # DeepSpeed's default
@@ -45,6 +46,19 @@ def test_offload_runs_deepspeed_cpu_adam() -> None:
     engine = build_engine(spec, Plan(dp=1, zero_stage=2, offload_optimizer=True, micro_batch=8),
                           torch.device("cpu"))
     assert type(engine.optimizer.optimizer).__name__ == "DeepSpeedCPUAdam"
+
+
+def test_plain_plans_run_torch_fused_adamw_on_the_cpu() -> None:
+    import torch
+
+    from tidal.jobs.worker import build_engine, init_world_of_one
+
+    init_world_of_one()
+    spec = tiny_gpt_spec(plans=PlanSpace())
+    for stage in (0, 1, 3):
+        engine = build_engine(spec, Plan(dp=1, zero_stage=stage, micro_batch=8), torch.device("cpu"))
+        inner = engine.optimizer if stage == 0 else engine.optimizer.optimizer
+        assert type(inner).__name__ == "AdamW" and all(g["fused"] for g in inner.param_groups), stage
 
 
 def test_stage3_param_offload_and_bf16() -> None:

@@ -35,8 +35,9 @@ from typing import Any
 from tidal.jobs.data import StepSampler, cache_dir
 from tidal.jobs.spec import JobSpec, Plan
 
-PROFILE_FORMAT = 4  # bump when what a record means changes: old cache entries are not reused
-# (3: GPU parts timed with a device synchronize at every stamp; 4: ckpt_ratio)
+PROFILE_FORMAT = 5  # bump when what a record means changes: old cache entries are not reused
+# (3: GPU parts timed with a device synchronize at every stamp; 4: ckpt_ratio; 5: plain plans'
+# optimizer step is torch's fused AdamW on the CPU too, `tidal.jobs.ds_config`)
 
 
 @dataclass(frozen=True, kw_only=True)
