@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.conftest import tiny_gpt_spec
@@ -36,28 +38,26 @@ def test_settings_for_the_device() -> None:
     assert "torch_adam" not in off["optimizer"]["params"]
 
 
-def test_offload_runs_deepspeed_cpu_adam() -> None:
+def _optimizer_on_cpu(plan: Plan) -> Any:
+    """The torch optimizer of the engine Tidal builds for `plan` on the CPU (under DeepSpeed's
+    wrappers: `tidal.jobs.checkpoint._inner_optimizer`)."""
     import torch
 
+    from tidal.jobs.checkpoint import _inner_optimizer
     from tidal.jobs.worker import build_engine, init_world_of_one
 
     init_world_of_one()
-    spec = tiny_gpt_spec(plans=PlanSpace())
-    engine = build_engine(spec, Plan(dp=1, zero_stage=2, offload_optimizer=True, micro_batch=8),
-                          torch.device("cpu"))
-    assert type(engine.optimizer.optimizer).__name__ == "DeepSpeedCPUAdam"
+    return _inner_optimizer(build_engine(tiny_gpt_spec(plans=PlanSpace()), plan, torch.device("cpu")))
+
+
+def test_offload_runs_deepspeed_cpu_adam() -> None:
+    inner = _optimizer_on_cpu(Plan(dp=1, zero_stage=2, offload_optimizer=True, micro_batch=8))
+    assert type(inner).__name__ == "DeepSpeedCPUAdam"
 
 
 def test_plain_plans_run_torch_fused_adamw_on_the_cpu() -> None:
-    import torch
-
-    from tidal.jobs.worker import build_engine, init_world_of_one
-
-    init_world_of_one()
-    spec = tiny_gpt_spec(plans=PlanSpace())
     for stage in (0, 1, 3):
-        engine = build_engine(spec, Plan(dp=1, zero_stage=stage, micro_batch=8), torch.device("cpu"))
-        inner = engine.optimizer if stage == 0 else engine.optimizer.optimizer
+        inner = _optimizer_on_cpu(Plan(dp=1, zero_stage=stage, micro_batch=8))
         assert type(inner).__name__ == "AdamW" and all(g["fused"] for g in inner.param_groups), stage
 
 
