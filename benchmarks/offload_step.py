@@ -46,7 +46,7 @@ def measure(kind: str, args: argparse.Namespace) -> dict[str, Any]:
 
     init_world_of_one()
     spec = shakespeare_gpt(name="offload-step", seq_len=64, d_model=args.d_model, n_layer=args.layers,
-                           n_head=12, vocab_size=args.vocab, global_batch=1, max_gpus=1)
+                           n_head=args.heads, vocab_size=args.vocab, global_batch=1, max_gpus=1)
     plan = Plan(dp=1, zero_stage=2, offload_optimizer=True, micro_batch=1)
     config = deepspeed_config(spec, plan, "cpu")
     if kind == "torch":  # the optimizer Tidal ran under offload before
@@ -80,6 +80,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--d-model", type=int, default=768)
     ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--heads", type=int, default=12)
     ap.add_argument("--vocab", type=int, default=50257, help="GPT-2's: 124M parameters at the defaults")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps", type=int, default=7)
@@ -92,17 +93,20 @@ def main() -> None:
     runs: dict[str, list[dict[str, Any]]] = {k: [] for k in KINDS}
     for r in range(args.rounds):
         for kind in KINDS if r % 2 == 0 else KINDS[::-1]:
-            out = subprocess.run([sys.executable, __file__, *sys.argv[1:], "--child", kind],
-                                 check=True, capture_output=True, text=True).stdout
-            m = json.loads(out.strip().splitlines()[-1])
+            child = subprocess.run([sys.executable, __file__, *sys.argv[1:], "--child", kind],
+                                   capture_output=True, text=True)
+            if child.returncode != 0:  # the child's own last line says what went wrong
+                last = (child.stderr.strip().splitlines() or ["no output"])[-1]
+                raise SystemExit(f"offload_step: the {kind} engine's process failed: {last}")
+            m = json.loads(child.stdout.strip().splitlines()[-1])
             runs[kind].append(m)
-            print(f"round {r + 1}/{args.rounds}: {m['optimizer']:<16} engine.step() {m['step_s']:.3f} s, "
-                  f"its optimizer step {m['opt_s']:.3f} s ({m['params'] / 1e6:.0f}M parameters, "
+            print(f"round {r + 1}/{args.rounds}: {m['optimizer']:<16} engine.step() {m['step_s']:.4g} s, "
+                  f"its optimizer step {m['opt_s']:.4g} s ({m['params'] / 1e6:.3g}M parameters, "
                   f"{m['threads']} threads)", flush=True)
     med = {k: {f: statistics.median(m[f] for m in runs[k]) for f in ("step_s", "opt_s")} for k in KINDS}
     for k in KINDS:
-        print(f"{runs[k][0]['optimizer']:<16} engine.step() {med[k]['step_s']:.3f} s, "
-              f"optimizer step {med[k]['opt_s']:.3f} s (median of {args.rounds} processes)")
+        print(f"{runs[k][0]['optimizer']:<16} engine.step() {med[k]['step_s']:.4g} s, "
+              f"optimizer step {med[k]['opt_s']:.4g} s (median of {args.rounds} processes)")
     print(f"optimizer_speedup: {med['torch']['opt_s'] / med['cpu_adam']['opt_s']:.2f}")
     print(f"offload_speedup: {med['torch']['step_s'] / med['cpu_adam']['step_s']:.2f}")
 

@@ -71,3 +71,28 @@ def test_stage3_param_offload_and_bf16() -> None:
 def test_refuses_a_plan_the_job_does_not_allow() -> None:
     with pytest.raises(PlanError):
         deepspeed_config(tiny_gpt_spec(), Plan(dp=4, micro_batch=2))  # max_gpus is 2
+
+
+def test_offload_step_benchmark_measures_each_optimizer_in_its_own_process() -> None:
+    """benchmarks/offload_step.py on a tiny GPT: each optimizer's engine in a fresh process, the
+    order alternating between rounds, and `offload_speedup` the ratio of the medians it printed
+    (in one process the second engine ran slower, which had inflated the figure)."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    tiny = ["--d-model", "64", "--heads", "4", "--layers", "2", "--vocab", "512",
+            "--warmup", "1", "--steps", "2"]
+    out = subprocess.run([sys.executable, "benchmarks/offload_step.py", *tiny, "--rounds", "2"],
+                         cwd=root, check=True, capture_output=True, text=True, timeout=600).stdout
+    rounds = re.findall(r"^round (\d)/2: (\w+) +engine\.step\(\) ([\d.]+) s", out, re.M)
+    assert [(r, k) for r, k, _ in rounds] == [("1", "DeepSpeedCPUAdam"), ("1", "AdamW"),
+                                              ("2", "AdamW"), ("2", "DeepSpeedCPUAdam")], out
+    med = dict(re.findall(r"^(\w+) +engine\.step\(\) ([\d.]+) s, optimizer step", out, re.M))
+    assert set(med) == {"DeepSpeedCPUAdam", "AdamW"}, out
+    lines = out.strip().splitlines()
+    assert lines[-2].startswith("optimizer_speedup: ") and lines[-1].startswith("offload_speedup: "), out
+    speedup = float(lines[-1].split()[-1])
+    assert speedup == pytest.approx(float(med["AdamW"]) / float(med["DeepSpeedCPUAdam"]), rel=0.005, abs=0.01)
