@@ -87,6 +87,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="fresh processes per optimizer, order alternating")
     ap.add_argument("--child", choices=KINDS, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    for name in ("d_model", "heads", "layers", "vocab", "steps", "rounds"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.warmup < 0:
+        ap.error(f"--warmup must be >= 0, got {args.warmup}")
     if args.child:
         print(json.dumps(measure(args.child, args)))
         return
