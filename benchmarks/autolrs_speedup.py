@@ -44,6 +44,7 @@ from tidal.jobs.lr import LRSchedule, WarmupCosine, constant
 from tidal.jobs.reference import evaluate, shakespeare_gpt
 from tidal.jobs.spec import JobSpec, Plan
 from tidal.jobs.worker import LoopHooks, build_engine, init_world_of_one, run_loop
+from tidal.platform.argtypes import amount, count
 
 
 class _Recorder(LoopHooks):
@@ -95,10 +96,10 @@ def steps_to(rows: list[dict[str, Any]], target: float, key: str = "compute_step
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=400, help="baseline steps = every method's budget")
-    ap.add_argument("--eval-every", type=int, default=20)
-    ap.add_argument("--grid", type=float, nargs="+", default=[1e-3, 3e-3, 1e-2])
-    ap.add_argument("--autolrs-budget", type=float, default=2.0, help="AutoLRS's budget ÷ the baselines'")
+    ap.add_argument("--steps", type=count(1), default=400, help="baseline steps = every method's budget")
+    ap.add_argument("--eval-every", type=count(1), default=20)
+    ap.add_argument("--grid", type=amount(), nargs="+", default=[1e-3, 3e-3, 1e-2])
+    ap.add_argument("--autolrs-budget", type=amount(), default=2.0, help="AutoLRS's budget ÷ the baselines'")
     ap.add_argument("--seed", type=int, default=0, help="model initialisation and data order of every method")
     ap.add_argument("--model", default="128x4", help="the GPT's d_model x n_layer (4 heads, sequence 64)")
     ap.add_argument("--out", default="results")

@@ -44,6 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tidal.platform.argtypes import amount, count
 from tidal.serving.app import REPLICA_RPS
 from tidal.serving.loans import LoanConfig
 from tidal.serving.traffic import Envelope, demand_series, read_arrivals
@@ -178,8 +179,8 @@ def main(argv: list[str] | None = None) -> int:
                        help="shared traces (CSV) to build the sweep's family from; one line per workload")
     ap.add_argument("--traces", type=Path, required=True)
     ap.add_argument("--serving", type=Path, required=True, help="an Azure LLM inference trace (CSV)")
-    ap.add_argument("--replica-rps", type=float, default=REPLICA_RPS)
-    ap.add_argument("--inference-nodes", type=int, default=4)
+    ap.add_argument("--replica-rps", type=amount(), default=REPLICA_RPS)
+    ap.add_argument("--inference-nodes", type=count(1), default=4)
     ap.add_argument("--phase", type=float, default=0.0,
                     help="the envelope's phase at the workload's start, in periods (0: the trough)")
     ap.add_argument("--seed", type=int, default=0)

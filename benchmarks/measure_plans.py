@@ -43,6 +43,7 @@ from tidal.jobs import JobSpec, Plan
 from tidal.jobs.reference import GPT2_SHAPES, shakespeare_gpt
 from tidal.planner.fitting import model_shape
 from tidal.planner.profiler import profile
+from tidal.platform.argtypes import amount, count
 
 COLUMNS = ["model", "params", "zero_stage", "offload", "act_ckpt", "micro_batch", "seq",
            "step_s", "tokens_per_s", "peak_alloc_gib", "status"]
@@ -115,10 +116,10 @@ def main() -> None:
                     help="default: benchmarks/data/tinygpt-cpu-measurements.csv on the CPU, "
                          "gpu-measurements.csv with --cuda (never the CPU table)")
     ap.add_argument("--models", default="tinygpt", help="comma-separated: tinygpt, gpt2-124m, ...")
-    ap.add_argument("--seq", type=int, default=64)
-    ap.add_argument("--global-batch", type=int, default=32)
+    ap.add_argument("--seq", type=count(1), default=64)
+    ap.add_argument("--global-batch", type=count(1), default=32)
     ap.add_argument("--micro-batches", default="4,16,32")
-    ap.add_argument("--device-mem-mib", type=float, default=None,
+    ap.add_argument("--device-mem-mib", type=amount(), default=None,
                     help="virtual device capacity for CPU rows (default: none, every row ok)")
     ap.add_argument("--cuda", action="store_true", help="profile on the GPU (bf16)")
     ap.add_argument("--stages", default="0,1,2,2o,3,3o",
@@ -127,7 +128,7 @@ def main() -> None:
                     help="comma-separated STAGE[o][a]@MICRO plans, measured in this order instead of "
                          "the shuffled grid ('o': optimizer offload, 'a': activation checkpointing; "
                          "e.g. 1@8,2o@16,3a@2); the models take turns on each")
-    ap.add_argument("--deadline-min", type=float, default=None, help="start no plan after this")
+    ap.add_argument("--deadline-min", type=amount(), default=None, help="start no plan after this")
     ap.add_argument("--resume", action="store_true",
                     help="keep the rows already in --out and measure only the missing plans")
     args = ap.parse_args()

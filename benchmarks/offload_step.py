@@ -31,6 +31,8 @@ import sys
 import time
 from typing import Any
 
+from tidal.platform.argtypes import count
+
 KINDS = ("cpu_adam", "torch")
 
 
@@ -78,20 +80,16 @@ def measure(kind: str, args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--d-model", type=int, default=768)
-    ap.add_argument("--layers", type=int, default=12)
-    ap.add_argument("--heads", type=int, default=12)
-    ap.add_argument("--vocab", type=int, default=50257, help="GPT-2's: 124M parameters at the defaults")
-    ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=7)
-    ap.add_argument("--rounds", type=int, default=2, help="fresh processes per optimizer, order alternating")
+    ap.add_argument("--d-model", type=count(1), default=768)
+    ap.add_argument("--layers", type=count(1), default=12)
+    ap.add_argument("--heads", type=count(1), default=12)
+    ap.add_argument("--vocab", type=count(1), default=50257, help="GPT-2's: 124M parameters at the defaults")
+    ap.add_argument("--warmup", type=count(0), default=2)
+    ap.add_argument("--steps", type=count(1), default=7)
+    ap.add_argument("--rounds", type=count(1), default=2,
+                    help="fresh processes per optimizer, order alternating")
     ap.add_argument("--child", choices=KINDS, help=argparse.SUPPRESS)
     args = ap.parse_args()
-    for name in ("d_model", "heads", "layers", "vocab", "steps", "rounds"):
-        if getattr(args, name) < 1:
-            ap.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if args.warmup < 0:
-        ap.error(f"--warmup must be >= 0, got {args.warmup}")
     if args.child:
         print(json.dumps(measure(args.child, args)))
         return

@@ -45,6 +45,7 @@ from tidal.planner import traces
 from tidal.planner.memory import estimate, fit_memory
 from tidal.planner.perfmodel import Fit, Hardware, PlanPoint, Sample, Workload, fit
 from tidal.planner.selection import family, select
+from tidal.platform.argtypes import amount, count
 
 
 @dataclass(frozen=True)
@@ -356,9 +357,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--rubick", type=Path, help="directory of the Rubick artifact tables")
     ap.add_argument("--measurements", type=Path, help="CSV of single-GPU measurements")
-    ap.add_argument("--fit-rows", type=int, default=None)
+    ap.add_argument("--fit-rows", type=count(1), default=None)
     ap.add_argument("--precision", choices=["bf16", "fp32"], default="bf16")
-    ap.add_argument("--device-mem-gib", type=float, default=80.0)
+    ap.add_argument("--device-mem-gib", type=amount(), default=80.0)
     ap.add_argument("--no-parts", action="store_true",
                     help="--measurements: fit on step times alone even where the table has the "
                          "profiler's fwd_s, bwd_s, opt_s columns")
@@ -370,7 +371,7 @@ def main() -> None:
                          "tensors, at the textbook 2/L, as the live planner does for CPU profiles. "
                          "rss also marks the table as a CPU run, whose host and device work add "
                          "(Hardware.async_device)")
-    ap.add_argument("--orders", type=int, default=0,
+    ap.add_argument("--orders", type=count(0), default=0,
                     help="--rubick: also refit with each model's rows in N other seeded orders (profile rows "
                          "first, each group shuffled; the selection breaks ties by order) and print the "
                          "spread of perfmodel_mape before the final line (~20 s per order)")

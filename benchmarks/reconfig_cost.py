@@ -24,11 +24,12 @@ import ray
 
 from tidal import Plan, Resources, launch
 from tidal.jobs.reference import shakespeare_gpt
+from tidal.platform.argtypes import count
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--warm-steps", type=int, default=5)
+    ap.add_argument("--warm-steps", type=count(1), default=5)
     args = ap.parse_args()
     ray.init(num_cpus=4, num_gpus=4, log_to_driver=False)
     spec = shakespeare_gpt(total_steps=100_000, checkpoint_every=100_000)

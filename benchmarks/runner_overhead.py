@@ -27,6 +27,7 @@ import ray
 
 from tidal import Plan, Resources, run
 from tidal.jobs.reference import shakespeare_gpt
+from tidal.platform.argtypes import count
 
 
 def plain_loop(config: dict[str, Any]) -> None:
@@ -98,9 +99,9 @@ def run_tidal(spec: Any, plan: Plan, warmup: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=60)
-    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--rounds", type=count(1), default=3)
+    ap.add_argument("--steps", type=count(1), default=60)
+    ap.add_argument("--warmup", type=count(0), default=10)
     args = ap.parse_args()
     ray.init(num_cpus=4, num_gpus=4, log_to_driver=False)
     spec = shakespeare_gpt(total_steps=args.steps, checkpoint_every=10 * args.steps, report_every=10)

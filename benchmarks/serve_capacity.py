@@ -20,13 +20,15 @@ import numpy as np
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
+from tidal.platform.argtypes import amount, count  # imports ray: after the setting above
+
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rates", default="5,10,20,30,40,60")
-    ap.add_argument("--seconds", type=float, default=15.0)
-    ap.add_argument("--tokens", type=int, default=16)
-    ap.add_argument("--port", type=int, default=8123)
+    ap.add_argument("--seconds", type=amount(), default=15.0)
+    ap.add_argument("--tokens", type=count(1), default=16)
+    ap.add_argument("--port", type=count(1), default=8123)
     args = ap.parse_args(argv)
     import ray
     from ray import serve

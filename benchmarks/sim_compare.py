@@ -23,6 +23,7 @@ from functools import partial
 from pathlib import Path
 
 from tidal.core.correction import CorrectionConfig
+from tidal.platform.argtypes import amount
 from tidal.sim.bounds import makespan_bound
 from tidal.sim.plots import allocation_timeline, jct_cdf
 from tidal.sim.simulator import POLICIES, SimConfig, Simulator
@@ -41,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--policies", nargs="+", default=list(POLICIES), choices=list(POLICIES))
     ap.add_argument("--event-driven", action="store_true",
                     help="decide at arrivals and completions instead of 60-s rounds")
-    ap.add_argument("--noise", type=float, default=0.05, help="log-sd of the profiles' noise")
+    ap.add_argument("--noise", type=amount(0.0, strict=False), default=0.05,
+                    help="log-sd of the profiles' noise")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-correction", action="store_true",
                     help="no online correction of predictions by true throughput (tidal.core.correction)")

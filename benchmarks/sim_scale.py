@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tidal.platform.argtypes import count
 from tidal.sim.simulator import POLICIES, SimConfig, Simulator
 from tidal.sim.tables import Truth
 from tidal.sim.views import SimPlanner
@@ -27,8 +28,8 @@ from tidal.sim.workload import synthetic, write_workload
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--jobs", type=int, default=5000)
-    ap.add_argument("--gpus", type=int, default=1024)
+    ap.add_argument("--jobs", type=count(1), default=5000)
+    ap.add_argument("--gpus", type=count(8), default=1024)
     default_traces = Path(__file__).resolve().parents[2] / "shared" / "traces" / "rubick"
     ap.add_argument("--traces", type=Path, default=default_traces)
     ap.add_argument("--policy", default="tidal", choices=list(POLICIES))

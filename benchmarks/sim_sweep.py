@@ -54,6 +54,7 @@ from pathlib import Path
 from statistics import median
 
 from tidal.core.policy import PolicyConfig
+from tidal.platform.argtypes import count
 from tidal.sim.bounds import MakespanBound, makespan_bound
 from tidal.sim.simulator import POLICIES, VIOLATION_CAUSES, SimConfig, Simulator
 from tidal.sim.tables import EXTRAPOLATIONS, Truth
@@ -101,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=1,
                     help="run the family for seeds seed, seed+1, ... (synthetic workloads, guarantee "
                          "draws, profile noise): the figures are over every workload of every seed")
-    ap.add_argument("--jobs", type=int, default=400, help="jobs per synthetic workload")
+    ap.add_argument("--jobs", type=count(1), default=400, help="jobs per synthetic workload")
     ap.add_argument("--extrapolation", choices=EXTRAPOLATIONS, default="flat",
                     help="the truth's rule outside the measured GPU counts (tidal.sim.tables)")
     ap.add_argument("--no-sensitivity", action="store_true")

@@ -43,6 +43,25 @@ def test_plan_rejects_gpu_count_outside_the_job(capsys: pytest.CaptureFixture[st
         main(["plan", str(REPO / "examples" / "shakespeare_job.py"), "--gpus", "2", "--samples", "9"])
 
 
+@pytest.mark.parametrize(("option", "value", "says"), [
+    ("--steps", "0", "must be an integer >= 1, got 0"),
+    ("--top", "-1", "must be an integer >= 1, got -1"),
+    ("--gpus-per-node", "0", "must be an integer >= 1, got 0"),
+    ("--gpus-per-node", "two", "expected an integer, got 'two'"),
+    ("--gpu-mem-gib", "-1", "must be a finite number > 0, got -1"),
+    ("--host-mem-gib", "nan", "must be a finite number > 0, got nan"),
+])
+def test_plan_refuses_numbers_out_of_range_before_any_profile(option: str, value: str, says: str,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """`tidal plan`'s numeric options, said by argparse (exit 2) in one line before Ray starts:
+    `--steps 0` had profiled six plans into six worker tracebacks, `--gpus-per-node 0` ended in a
+    ZeroDivisionError, a negative `--gpu-mem-gib` ranked every plan infeasible after profiling."""
+    with pytest.raises(SystemExit) as e:
+        main(["plan", str(REPO / "examples" / "shakespeare_job.py"), "--gpus", "2", option, value])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"tidal plan: error: argument {option}: {says}"
+
+
 @pytest.mark.parametrize("every", ["0", "-1", "nan", "inf"])
 def test_status_watch_refuses_a_period_that_is_not_seconds(every: str,
                                                            capsys: pytest.CaptureFixture[str]) -> None:

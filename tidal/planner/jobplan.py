@@ -49,6 +49,23 @@ class ProfileConfig:
     max_profile_gpus: int | None = 2  # profiles run on at most this many GPUs (None: the cluster)
     cpus_per_gpu: float = 1.0  # what a training worker takes beside its GPU (the options' CPUs)
 
+    def __post_init__(self) -> None:
+        """Refuse, naming the field, what would only fail inside the profiling workers (steps 0:
+        an IndexError per plan) or ask Ray for negative resources."""
+        for name, lo, hi in (("samples", 1, 8), ("steps", 1, None)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v > hi):
+                raise ValueError(f"ProfileConfig.{name} must be an integer >= {lo}"
+                                 f"{f' and <= {hi}' if hi is not None else ''}, got {v!r}")
+        m = self.max_profile_gpus
+        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
+            raise ValueError(f"ProfileConfig.max_profile_gpus must be None (the cluster) or an integer >= 1, "
+                             f"got {m!r}")
+        for name in ("gpus_per_worker", "cpus_per_gpu"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+                raise ValueError(f"ProfileConfig.{name} must be a finite number >= 0, got {v!r}")
+
     @property
     def hardware(self) -> str:
         return "cuda" if self.use_cuda else "cpu"

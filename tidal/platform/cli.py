@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from tidal.jobs.spec import JobSpec
+from tidal.platform.argtypes import amount, count
 
 
 def load_spec(path: Path) -> JobSpec:
@@ -348,13 +349,13 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="command", required=True)
     p = sub.add_parser("plan", help="rank a job's plans on N GPUs with the fitted models")
     p.add_argument("file", type=Path, help="a Python file defining `spec` or `make_spec()`")
-    p.add_argument("--gpus", type=int, required=True)
-    p.add_argument("--gpus-per-node", type=int, default=8)
-    p.add_argument("--gpu-mem-gib", type=float, default=80.0)
-    p.add_argument("--host-mem-gib", type=float, default=1600.0)
+    p.add_argument("--gpus", type=int, required=True)  # the job's range is checked with its spec
+    p.add_argument("--gpus-per-node", type=count(1), default=8)
+    p.add_argument("--gpu-mem-gib", type=amount(), default=80.0)
+    p.add_argument("--host-mem-gib", type=amount(), default=1600.0)
     p.add_argument("--samples", type=int, default=6, help="plans to profile (at most 8)")
-    p.add_argument("--steps", type=int, default=3, help="measured steps per profile")
-    p.add_argument("--top", type=int, default=15)
+    p.add_argument("--steps", type=count(1), default=3, help="measured steps per profile")
+    p.add_argument("--top", type=count(1), default=15, help="plans to print")
     p.add_argument("--cuda", action="store_true", help="profile on GPUs (default: CPU with gloo)")
     p.add_argument("--write-config", type=Path, help="write the best plan's DeepSpeed config JSON here")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",

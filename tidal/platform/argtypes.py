@@ -1,0 +1,47 @@
+"""argparse types for numeric options: a value out of range is refused in one line, naming the
+option, before any work starts (`tidal plan --steps 0` used to profile six plans and print six
+worker tracebacks). Used by the `tidal` CLI and the benchmarks.
+
+    ap.add_argument("--steps", type=count(1))          # an integer >= 1
+    ap.add_argument("--gpu-mem-gib", type=amount())    # a finite number > 0
+    ap.add_argument("--jitter-s", type=amount(0.0, strict=False))   # >= 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+
+
+def count(low: int = 1) -> Callable[[str], int]:
+    """An integer >= `low`."""
+
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if v < low:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {v}")
+        return v
+
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
+def amount(low: float = 0.0, *, strict: bool = True) -> Callable[[str], float]:
+    """A finite number > `low` (>= `low` when not `strict`)."""
+    op = ">" if strict else ">="
+
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not math.isfinite(v) or v < low or (strict and v == low):
+            raise argparse.ArgumentTypeError(f"must be a finite number {op} {low:g}, got {text}")
+        return v
+
+    parse.__name__ = f"number {op} {low:g}"
+    return parse
