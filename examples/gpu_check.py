@@ -28,6 +28,7 @@ import ray
 
 from tidal import Plan, Resources, WarmupCosine, run
 from tidal.jobs.reference import shakespeare_gpt
+from tidal.platform.argtypes import amount, count
 
 
 @ray.remote(num_gpus=1)
@@ -39,8 +40,9 @@ def _device_name() -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=40)
-    ap.add_argument("--tolerance", type=float, default=0.01, help="largest allowed per-step loss gap")
+    ap.add_argument("--steps", type=count(2), default=40, help="the reconfigured run changes plan at half")
+    ap.add_argument("--tolerance", type=amount(0.0, strict=False), default=0.01,
+                    help="largest allowed per-step loss gap")
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     ap.add_argument("--autolrs", action="store_true")
     ap.add_argument("--cpu", action="store_true", help="the same checks on CPU (1 logical GPU)")
