@@ -43,6 +43,14 @@ def test_plan_rejects_gpu_count_outside_the_job(capsys: pytest.CaptureFixture[st
         main(["plan", str(REPO / "examples" / "shakespeare_job.py"), "--gpus", "2", "--samples", "9"])
 
 
+def test_plan_refuses_a_config_path_it_could_not_write_before_profiling(tmp_path: Path) -> None:
+    job = str(REPO / "examples" / "shakespeare_job.py")
+    with pytest.raises(SystemExit, match=r"^tidal: --write-config .*/nope/x\.json: no directory .*/nope$"):
+        main(["plan", job, "--gpus", "2", "--write-config", str(tmp_path / "nope" / "x.json")])
+    with pytest.raises(SystemExit, match=r"^tidal: --write-config .*: is a directory$"):
+        main(["plan", job, "--gpus", "2", "--write-config", str(tmp_path)])
+
+
 @pytest.mark.parametrize(("option", "value", "says"), [
     ("--steps", "0", "must be an integer >= 1, got 0"),
     ("--top", "-1", "must be an integer >= 1, got -1"),

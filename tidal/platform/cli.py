@@ -87,6 +87,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from tidal.planner.planner import packed, rank_plans
     from tidal.planner.profiler import profile_needs, unschedulable
 
+    out = args.write_config
+    if out is not None and (out.is_dir() or not out.parent.is_dir()):  # before minutes of profiling
+        raise SystemExit(f"tidal: --write-config {out}: " + ("is a directory" if out.is_dir()
+                                                             else f"no directory {out.parent}"))
     spec = load_spec(args.file)
     if not spec.min_gpus <= args.gpus <= spec.max_gpus:
         raise SystemExit(f"tidal: --gpus {args.gpus} is outside the job's [{spec.min_gpus}, {spec.max_gpus}]")
