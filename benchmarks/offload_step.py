@@ -73,7 +73,7 @@ def measure(kind: str, args: argparse.Namespace) -> dict[str, Any]:
         engine.step()
         if k >= args.warmup:
             step_times.append(time.perf_counter() - t0)
-    return {"kind": kind, "optimizer": type(inner).__name__, "threads": torch.get_num_threads(),
+    return {"optimizer": type(inner).__name__, "threads": torch.get_num_threads(),
             "params": sum(p.numel() for p in engine.module.parameters()),
             "step_s": statistics.median(step_times), "opt_s": statistics.median(inner_times[args.warmup:])}
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from tidal.core.fields import require_int, require_number
 from tidal.core.policy import Option
 from tidal.jobs.spec import JobSpec, Plan, SpecError, plans_for
 from tidal.planner.fitting import Fitted, fit_job, sample_plans
@@ -52,19 +53,14 @@ class ProfileConfig:
     def __post_init__(self) -> None:
         """Refuse, naming the field, what would only fail inside the profiling workers (steps 0:
         an IndexError per plan) or ask Ray for negative resources."""
-        for name, lo, hi in (("samples", 1, 8), ("steps", 1, None)):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v > hi):
-                raise ValueError(f"ProfileConfig.{name} must be an integer >= {lo}"
-                                 f"{f' and <= {hi}' if hi is not None else ''}, got {v!r}")
+        require_int("ProfileConfig.samples", self.samples, 1, 8)
+        require_int("ProfileConfig.steps", self.steps, 1)
         m = self.max_profile_gpus
         if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
             raise ValueError(f"ProfileConfig.max_profile_gpus must be None (the cluster) or an integer >= 1, "
                              f"got {m!r}")
-        for name in ("gpus_per_worker", "cpus_per_gpu"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
-                raise ValueError(f"ProfileConfig.{name} must be a finite number >= 0, got {v!r}")
+        require_number("ProfileConfig.gpus_per_worker", self.gpus_per_worker, 0.0, strict=False)
+        require_number("ProfileConfig.cpus_per_gpu", self.cpus_per_gpu, 0.0, strict=False)
 
     @property
     def hardware(self) -> str:

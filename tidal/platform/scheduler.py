@@ -53,6 +53,7 @@ from tidal.autoscaler.reclaim import Borrower, choose_reclaim
 from tidal.core.autoscale import node_request
 from tidal.core.controller import ActionRecord, reconcile_step
 from tidal.core.correction import Correction, CorrectionConfig, corrected, observe
+from tidal.core.fields import require_int, require_number
 from tidal.core.policy import Allocation, Decision, JobView, Node, Option, PolicyConfig, Snapshot, predicted
 from tidal.core.restarts import RestartCost
 from tidal.jobs.checkpoint import CheckpointError, read_meta
@@ -127,17 +128,10 @@ class SchedulerConfig:
         for name, lo, strict in (("tick_s", 0.0, True), ("gpu_mem_gib", 0.0, True),
                                  ("cpus_per_worker", 0.0, True), ("profile_gpus", 0.0, False),
                                  ("release_grace_s", 0.0, False)):
-            v = getattr(self, name)
-            if (isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v)
-                    or v < lo or (strict and v == lo)):
-                raise ValueError(f"SchedulerConfig.{name} must be a finite number {'>' if strict else '>='} "
-                                 f"{lo:g}, got {v!r}")
+            require_number(f"SchedulerConfig.{name}", getattr(self, name), lo, strict=strict)
         for name, lo, hi in (("profile_samples", 1, 8), ("profile_steps", 1, None), ("max_failures", 0, None),
                              ("max_infra_restarts", 0, None), ("max_admission_attempts", 1, None)):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v > hi):
-                raise ValueError(f"SchedulerConfig.{name} must be an integer >= {lo}"
-                                 f"{f' and <= {hi}' if hi is not None else ''}, got {v!r}")
+            require_int(f"SchedulerConfig.{name}", getattr(self, name), lo, hi)
 
     def profiling(self) -> ProfileConfig:
         return ProfileConfig(samples=self.profile_samples, steps=self.profile_steps,
