@@ -35,26 +35,33 @@ def jct_cdf(results: list[SimResult], path: str | Path, title: str = "") -> None
     plt.close(fig)
 
 
+def held_on_grid(timeline: list[tuple[float, str, int]], grid: np.ndarray) -> dict[str, np.ndarray]:
+    """GPUs each job holds at each grid time: its last change at or before that time (0 before
+    its first). Changes at one time apply in their logged order (a release, then a grant)."""
+    changes: dict[str, list[tuple[float, int]]] = {}
+    for t, jid, g in sorted(timeline, key=lambda x: x[0]):  # stable: a time's changes keep their order
+        changes.setdefault(jid, []).append((t, g))
+    out = {}
+    for jid, ch in changes.items():
+        ts = np.array([c[0] for c in ch])
+        gs = np.array([c[1] for c in ch])
+        idx = np.searchsorted(ts, grid, side="right") - 1
+        out[jid] = np.where(idx >= 0, gs[np.clip(idx, 0, None)], 0)
+    return out
+
+
 def allocation_timeline(result: SimResult, capacity: int, path: str | Path, *, step_s: float = 60.0) -> None:
     """A stacked area per job of the GPUs it holds over time (jobs coloured by application)."""
     plt = _plt()
     end = max(t for t, _, _ in result.timeline)
     grid = np.arange(0.0, end + step_s, step_s)
-    changes: dict[str, list[tuple[float, int]]] = {}
-    for t, jid, g in sorted(result.timeline, key=lambda x: x[0]):
-        changes.setdefault(jid, []).append((t, g))
-    apps = sorted({jid.rsplit("-", 1)[0] for jid in changes})
+    held = held_on_grid(result.timeline, grid)
+    apps = sorted({jid.rsplit("-", 1)[0] for jid in held})
     cmap = plt.get_cmap("tab10")
     colour = {a: cmap(i % 10) for i, a in enumerate(apps)}
-    rows, colours = [], []
-    for jid, ch in changes.items():
-        ts = np.array([c[0] for c in ch])
-        gs = np.array([c[1] for c in ch])
-        idx = np.searchsorted(ts, grid, side="right") - 1
-        rows.append(np.where(idx >= 0, gs[np.clip(idx, 0, None)], 0))
-        colours.append(colour[jid.rsplit("-", 1)[0]])
     fig, ax = plt.subplots(figsize=(11, 4.5))
-    ax.stackplot(grid / 3600, np.array(rows), colors=colours, linewidth=0)
+    ax.stackplot(grid / 3600, np.array(list(held.values())),
+                 colors=[colour[jid.rsplit("-", 1)[0]] for jid in held], linewidth=0)
     ax.axhline(capacity, color="k", lw=0.8, ls="--")
     for a in apps:
         ax.plot([], [], color=colour[a], lw=6, label=a)
