@@ -1,4 +1,4 @@
-"""The performance model: formulas, fit, sample selection, and the Rubick trace readers."""
+"""The performance model: formulas, fit and sample selection (the Rubick trace readers: test_traces)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from tidal.planner import traces
 from tidal.planner.perfmodel import (
     Breakdown,
     Hardware,
@@ -24,7 +23,6 @@ HW = Hardware()
 WORK = Workload(params=350e6, global_batch=32, seq_hid=1024 * 512 * 24)
 TRUE = Theta(k_fwd=4e-3, k_fwd0=5e-3, k_bwd=2.1, gamma=3.0, k_opt=1e-10, k_cpu=3e-9, k_off=0.01,
              k_const=0.004, eta=0.3, eta_x=0.05, k_mp=1.3, k_tp=0.8, k_pp=0.004)
-RUBICK = Path(__file__).resolve().parents[3] / "shared" / "traces" / "rubick"
 
 
 def _points() -> list[PlanPoint]:
@@ -231,23 +229,6 @@ def test_selection_covers_terms_when_families_outnumber_picks() -> None:
     assert any(p.offload for p in chosen) and any(p.zero_stage == 3 for p in chosen)
     assert {p.act_ckpt for p in chosen} == {False, True}
     assert {"k_cpu", "k_z3", "k_bwd"} <= set(informed([Sample(point=p, iter_s=1.0) for p in chosen]))
-
-
-def test_rubick_tables_decode() -> None:
-    assert RUBICK.exists(), f"{RUBICK}: the shared traces lie beside the checkout"
-    rows = traces.placements(RUBICK, "gpt2")
-    assert len(rows) == 74
-    r = next(r for r in rows if r.exec_plan == "251")
-    assert (r.sample.point.pp, r.sample.point.tp, r.sample.point.dp) == (2, 5, 1)
-    assert r.sample.point.gpus_per_node == (5, 5)
-    ga8 = next(r for r in rows if r.exec_plan == "ga" and r.placement == "8")
-    assert ga8.sample.fwd_s == pytest.approx(0.1459, rel=1e-3)  # milliseconds → seconds
-    vit = traces.placements(RUBICK, "vit")
-    assert all(r.sample.opt_s is not None and r.sample.opt_s < 1.0 for r in vit)  # seconds already
-    assert len(traces.profile_rows(RUBICK, "bert")) == 7
-    assert traces.workload(RUBICK, "bert").params == pytest.approx(336_297_858, rel=1e-6)
-    with pytest.raises(ValueError):
-        traces.decode_plan("251", (5, 4))
 
 
 def test_host_work_overlaps_the_device_on_a_gpu_only() -> None:
