@@ -17,8 +17,13 @@ Each engine runs in a fresh process, --rounds times, the order alternating (CPU 
 then torch first, ...). In one process the second engine's step measured 1.5-2.4 s for torch
 AdamW against 0.86 s in a process of its own (2026-12-03, 2 cores): the first engine's memory
 made the second's allocations slower, which inflated the ratio whenever torch came second.
-Prints `optimizer_speedup` (the kernels) and, last, `offload_speedup` = torch ÷ CPU Adam of the
-medians of `engine.step()`, both measured in this run.
+Even in processes of their own torch AdamW's step varies from process to process (0.79-1.34 s
+on one 2-core host the same evening; steady within a process), CPU Adam's hardly (0.245-0.253
+s): torch's single-tensor loop allocates ~650 MB of temporaries a step, whose page faults are
+most of its time and depend on the host's memory state (with transparent huge pages,
+`THP_MEM_ALLOC_ENABLE=1`, it was slower still: 1.6-1.9 s). Hence three rounds by default and
+the per-round ratios printed. Prints `optimizer_speedup` (the kernels) and, last,
+`offload_speedup` = torch ÷ CPU Adam of the medians of `engine.step()`, all measured in this run.
 """
 
 from __future__ import annotations
@@ -86,8 +91,8 @@ def main() -> None:
     ap.add_argument("--vocab", type=count(1), default=50257, help="GPT-2's: 124M parameters at the defaults")
     ap.add_argument("--warmup", type=count(0), default=2)
     ap.add_argument("--steps", type=count(1), default=7)
-    ap.add_argument("--rounds", type=count(1), default=2,
-                    help="fresh processes per optimizer, order alternating")
+    ap.add_argument("--rounds", type=count(1), default=3,
+                    help="fresh processes per optimizer, order alternating (odd: a true median)")
     ap.add_argument("--child", choices=KINDS, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -110,6 +115,8 @@ def main() -> None:
     for k in KINDS:
         print(f"{runs[k][0]['optimizer']:<16} engine.step() {med[k]['step_s']:.4g} s, "
               f"optimizer step {med[k]['opt_s']:.4g} s (median of {args.rounds} processes)")
+    ratios = sorted(t["step_s"] / c["step_s"] for t, c in zip(runs["torch"], runs["cpu_adam"], strict=True))
+    print(f"offload_speedup per round: {', '.join(f'{x:.2f}' for x in ratios)}")
     print(f"optimizer_speedup: {med['torch']['opt_s'] / med['cpu_adam']['opt_s']:.2f}")
     print(f"offload_speedup: {med['torch']['step_s'] / med['cpu_adam']['step_s']:.2f}")
 

@@ -96,3 +96,8 @@ def test_offload_step_benchmark_measures_each_optimizer_in_its_own_process() -> 
     assert lines[-2].startswith("optimizer_speedup: ") and lines[-1].startswith("offload_speedup: "), out
     speedup = float(lines[-1].split()[-1])
     assert speedup == pytest.approx(float(med["AdamW"]) / float(med["DeepSpeedCPUAdam"]), rel=0.005, abs=0.01)
+    # and each round's own ratio, sorted: how much the figure moves between processes
+    per_round = sorted(float(t) / float(c) for (_, _, c), (_, _, t) in ((rounds[0], rounds[1]),
+                                                                       (rounds[3], rounds[2])))
+    printed = [float(x) for x in lines[-3].removeprefix("offload_speedup per round: ").split(", ")]
+    assert printed == pytest.approx(per_round, rel=0.005, abs=0.01), out
