@@ -10,7 +10,9 @@ On a GPU `peak_alloc_gib` is `torch.cuda.max_memory_allocated()` and `status` is
 engine ran out of memory. On a CPU there is no allocator peak and nothing runs out of memory:
 `peak_alloc_gib` is the growth of the worker's peak resident set over its baseline, and a row
 is labelled `oom` when that exceeds --device-mem-mib, a virtual device capacity (say so when
-quoting feasibility accuracy from a CPU table).
+quoting feasibility accuracy from a CPU table). On a GPU --device-mem-mib does the same with the
+allocator peak: a larger GPU measures the rows a smaller one would run out on (an H200 labelling
+at an 80-GB H100's 79.2 GiB, 81101 MiB), and a labelled row keeps its times and peak.
 
 --models picks the transformers: `tinygpt` (d 128, 4 layers, seq 64: the CPU table) or GPT-2
 shapes (`gpt2-124m`, `gpt2-355m`, `gpt2-774m`, `gpt2-1.5b`: 50257 vocabulary, the standard
@@ -120,7 +122,8 @@ def main() -> None:
     ap.add_argument("--global-batch", type=count(1), default=32)
     ap.add_argument("--micro-batches", default="4,16,32")
     ap.add_argument("--device-mem-mib", type=amount(), default=None,
-                    help="virtual device capacity for CPU rows (default: none, every row ok)")
+                    help="label a row oom when its peak exceeds this: a virtual device on the CPU, a smaller "
+                         "GPU on a larger one (default: none, every row that ran is ok)")
     ap.add_argument("--cuda", action="store_true", help="profile on the GPU (bf16)")
     ap.add_argument("--stages", default="0,1,2,2o,3,3o",
                     help="ZeRO stages to measure; 'o' = with CPU optimizer offload")
