@@ -64,3 +64,40 @@ def test_a_profile_the_cluster_can_never_hold_is_named_before_it_waits() -> None
     assert unschedulable(plans, {"CPU": 4.0, "GPU": 4.0}) is None
     assert "2 GPUs (has 1)" in str(unschedulable(plans, {"CPU": 8.0, "GPU": 1.0}, gpus_per_worker=0.5))
     assert unschedulable(plans, {"CPU": 8.0}, gpus_per_worker=0.0) is None  # profiles on CPUs
+
+
+def test_measure_plans_writes_the_table_labels_capacity_and_resumes(tmp_path: Path) -> None:
+    """benchmarks/measure_plans.py (the tool the GPU tables come from; a device session has one
+    try) on the CPU: the columns perfmodel_accuracy reads, a row above --device-mem-mib labelled
+    `oom` with its times kept, and --resume measuring only the plans the table lacks."""
+    import csv
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "table.csv"
+
+    def run(plans: str, *extra: str) -> str:
+        cmd = [sys.executable, "benchmarks/measure_plans.py", "--models", "tinygpt", "--seq", "32",
+               "--global-batch", "8", "--plans", plans, "--out", str(out), *extra]
+        return subprocess.run(cmd, cwd=root, check=True, capture_output=True, text=True, timeout=600).stdout
+
+    said = run("1@8,2o@4", "--device-mem-mib", "0.001")  # any real peak is above 1 KiB
+    assert "measured 2 rows, kept 0" in said, said
+    header = out.read_text().splitlines()[0].split(",")
+    with out.open() as f:
+        rows = list(csv.DictReader(f))
+    assert header[:11] == ["model", "params", "zero_stage", "offload", "act_ckpt", "micro_batch", "seq",
+                           "step_s", "tokens_per_s", "peak_alloc_gib", "status"]
+    assert [(r["zero_stage"], r["offload"], r["micro_batch"]) for r in rows] == [("1", "none", "8"),
+                                                                               ("2", "cpu", "4")]
+    for r in rows:
+        assert r["status"] == "oom", r  # labelled at the virtual capacity ...
+        assert float(r["step_s"]) > 0 and float(r["fwd_s"]) > 0 and float(r["peak_alloc_gib"]) > 0  # kept
+        assert float(r["tokens_per_s"]) == pytest.approx(8 * 32 / float(r["step_s"]), rel=1e-3)
+    said = run("0@8,1@8,2o@4", "--resume")
+    assert "measured 1 rows, kept 2" in said, said
+    with out.open() as f:
+        again = list(csv.DictReader(f))
+    # written back in the order of --plans; the new row, under no capacity, is ok
+    assert [(r["zero_stage"], r["status"]) for r in again] == [("0", "ok"), ("1", "oom"), ("2", "oom")]
