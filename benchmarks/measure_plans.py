@@ -44,7 +44,7 @@ import ray
 from tidal.jobs import JobSpec, Plan
 from tidal.jobs.reference import GPT2_SHAPES, shakespeare_gpt
 from tidal.planner.fitting import model_shape
-from tidal.planner.profiler import profile
+from tidal.planner.profiler import profile, unschedulable
 from tidal.platform.argtypes import amount, count
 
 COLUMNS = ["model", "params", "zero_stage", "offload", "act_ckpt", "micro_batch", "seq",
@@ -164,6 +164,10 @@ def main() -> None:
         ray.init(log_to_driver=False)
     else:
         ray.init(num_cpus=2, num_gpus=2, log_to_driver=False)
+    if why := unschedulable(plans, ray.cluster_resources()):  # Ray would keep it pending: a hang
+        ray.shutdown()
+        hint = " (--cuda on a machine without a GPU?)" if args.cuda else ""
+        raise SystemExit(f"measure_plans: {why}{hint}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     kept = []
     if args.resume and args.out.exists():

@@ -101,3 +101,24 @@ def test_measure_plans_writes_the_table_labels_capacity_and_resumes(tmp_path: Pa
         again = list(csv.DictReader(f))
     # written back in the order of --plans; the new row, under no capacity, is ok
     assert [(r["zero_stage"], r["status"]) for r in again] == [("0", "ok"), ("1", "oom"), ("2", "oom")]
+
+
+def test_measure_plans_refuses_profiles_the_cluster_can_never_hold() -> None:
+    """--cuda where Ray sees no GPU was a hang (Ray keeps the profile pending); now one line. On a
+    machine with a GPU the same command measures the row instead."""
+    import subprocess
+    import sys
+
+    import torch
+
+    root = Path(__file__).resolve().parents[2]
+    cmd = [sys.executable, "benchmarks/measure_plans.py", "--cuda", "--models", "tinygpt", "--seq", "32",
+           "--global-batch", "8", "--plans", "1@8", "--out", "/dev/null"]
+    done = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=300)
+    if torch.cuda.is_available():
+        assert done.returncode == 0, done.stderr
+    else:
+        assert done.returncode == 1
+        assert done.stderr.strip().splitlines()[-1] == (
+            "measure_plans: profiling a 1-worker plan needs 1 GPUs (has 0): 1 CPU and 1 GPU per worker "
+            "(--cuda on a machine without a GPU?)"), done.stderr
