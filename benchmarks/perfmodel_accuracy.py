@@ -124,9 +124,12 @@ def read_rows(path: Path) -> list[Row]:
         if missing := [c for c in REQUIRED if c not in (reader.fieldnames or [])]:
             raise SystemExit(f"{path}: missing column(s) {', '.join(missing)}")
         try:
-            return _rows(path, reader)
+            rows = _rows(path, reader)
         except ValueError as e:
             raise SystemExit(f"{path}, line {reader.line_num}: {e}") from None
+    if not rows:
+        raise SystemExit(f"{path}: no rows under the header")
+    return rows
 
 
 def _num(r: dict[str, str], col: str, *, integer: bool = False, empty: float | None = None) -> float:

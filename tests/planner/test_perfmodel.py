@@ -298,3 +298,18 @@ def test_the_accuracy_benchmark_names_the_line_and_column_of_a_bad_measurement(
     assert r.returncode != 0
     assert r.stderr.strip().splitlines()[-1] == f"{bad}, line 3: {says}", r.stderr[-2000:]
     assert "Traceback" not in r.stderr
+
+
+def test_the_accuracy_benchmark_names_a_table_with_no_rows(tmp_path: Path) -> None:
+    """A header and nothing under it (a measurement run cut before its first row) is said as
+    such, not as a table whose models have too few rows."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    empty = tmp_path / "empty.csv"
+    empty.write_text((root / "benchmarks" / "data" / "gpt2-h100-grid.csv").read_text().splitlines()[0] + "\n")
+    r = subprocess.run([sys.executable, "benchmarks/perfmodel_accuracy.py", "--measurements", str(empty)],
+                       capture_output=True, text=True, timeout=120, cwd=root)
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines()[-1] == f"{empty}: no rows under the header", r.stderr[-2000:]
