@@ -45,7 +45,7 @@ from tidal.jobs import JobSpec, Plan
 from tidal.jobs.reference import GPT2_SHAPES, shakespeare_gpt
 from tidal.planner.fitting import model_shape
 from tidal.planner.profiler import profile, unschedulable
-from tidal.platform.argtypes import amount, count
+from tidal.platform.argtypes import amount, count, listed
 
 COLUMNS = ["model", "params", "zero_stage", "offload", "act_ckpt", "micro_batch", "seq",
            "step_s", "tokens_per_s", "peak_alloc_gib", "status"]
@@ -76,16 +76,16 @@ def _row_key(r: Mapping[str, str]) -> tuple[object, ...]:
             int(r["micro_batch"]), int(r["seq"]))
 
 
-def _grid(stages: str, micro_batches: str, global_batch: int) -> list[Plan]:
+def _grid(stages: str, micro: list[int], global_batch: int) -> list[Plan]:
     """The plans of --stages × checkpointing off/on × --micro-batches."""
     combos = []
     for tok in stages.split(","):
         if tok not in ("0", "1", "2", "2o", "3", "3o"):
             raise SystemExit(f"--stages: {tok!r} is not one of 0, 1, 2, 2o, 3, 3o")
         combos.append((int(tok[0]), tok.endswith("o")))
-    micro = [int(m) for m in micro_batches.split(",")]
     if any(global_batch % m for m in micro):
-        raise SystemExit(f"--micro-batches {micro_batches}: each must divide --global-batch {global_batch}")
+        raise SystemExit(f"--micro-batches {','.join(map(str, micro))}: each must divide --global-batch "
+                         f"{global_batch}")
     return [_plan(stage, off, ac, mb, global_batch)
             for stage, off in combos for ac in (False, True) for mb in micro]
 
@@ -120,7 +120,7 @@ def main() -> None:
     ap.add_argument("--models", default="tinygpt", help="comma-separated: tinygpt, gpt2-124m, ...")
     ap.add_argument("--seq", type=count(1), default=64)
     ap.add_argument("--global-batch", type=count(1), default=32)
-    ap.add_argument("--micro-batches", default="4,16,32")
+    ap.add_argument("--micro-batches", type=listed(count(1)), default=[4, 16, 32], help="comma-separated")
     ap.add_argument("--device-mem-mib", type=amount(), default=None,
                     help="label a row oom when its peak exceeds this: a virtual device on the CPU, a smaller "
                          "GPU on a larger one (default: none, every row that ran is ok)")

@@ -20,15 +20,16 @@ import numpy as np
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
-from tidal.platform.argtypes import amount, count  # imports ray: after the setting above
+from tidal.platform.argtypes import amount, count, listed  # imports ray: after the setting above
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rates", default="5,10,20,30,40,60")
+    ap.add_argument("--rates", type=listed(amount()), default=[5.0, 10.0, 20.0, 30.0, 40.0, 60.0],
+                    help="offered requests/s, comma-separated")
     ap.add_argument("--seconds", type=amount(), default=15.0)
     ap.add_argument("--tokens", type=count(1), default=16)
-    ap.add_argument("--port", type=count(1), default=8123)
+    ap.add_argument("--port", type=count(1, 65535), default=8123)
     args = ap.parse_args(argv)
     import ray
     from ray import serve
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     best = 0.0
     rng = np.random.default_rng(0)
     print(f"{'offered/s':>10}{'served/s':>10}{'p50 s':>8}{'p99 s':>8}{'errors':>8}", flush=True)
-    for rate in (float(r) for r in args.rates.split(",")):
+    for rate in args.rates:
         sched = np.cumsum(rng.exponential(1.0 / rate, size=int(rate * args.seconds * 1.5)))
         sched = sched[sched < args.seconds]
         sent = replay(url, sched, body, max_s=args.seconds, concurrency=64)

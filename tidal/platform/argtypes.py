@@ -5,6 +5,8 @@ worker tracebacks). Used by the `tidal` CLI and the benchmarks.
     ap.add_argument("--steps", type=count(1))          # an integer >= 1
     ap.add_argument("--gpu-mem-gib", type=amount())    # a finite number > 0
     ap.add_argument("--jitter-s", type=amount(0.0, strict=False))   # >= 0
+    ap.add_argument("--port", type=count(1, 65535))    # an integer in [1, 65535]
+    ap.add_argument("--rates", type=listed(amount()))  # comma-separated, each a number > 0
 """
 
 from __future__ import annotations
@@ -12,21 +14,25 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
-def count(low: int = 1) -> Callable[[str], int]:
-    """An integer >= `low`."""
+def count(low: int = 1, high: int | None = None) -> Callable[[str], int]:
+    """An integer >= `low` (and <= `high`)."""
+    want = f">= {low}" if high is None else f"in [{low}, {high}]"
 
     def parse(text: str) -> int:
         try:
             v = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if v < low:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {v}")
+        if v < low or (high is not None and v > high):
+            raise argparse.ArgumentTypeError(f"must be an integer {want}, got {v}")
         return v
 
-    parse.__name__ = f"integer >= {low}"
+    parse.__name__ = f"integer {want}"
     return parse
 
 
@@ -44,4 +50,21 @@ def amount(low: float = 0.0, *, strict: bool = True) -> Callable[[str], float]:
         return v
 
     parse.__name__ = f"number {op} {low:g}"
+    return parse
+
+
+def listed(item: Callable[[str], T]) -> Callable[[str], list[T]]:
+    """Comma-separated values, each parsed by `item` (one of the types above); a bad one is named
+    with the list it is in."""
+
+    def parse(text: str) -> list[T]:
+        out = []
+        for tok in text.split(","):
+            try:
+                out.append(item(tok.strip()))
+            except argparse.ArgumentTypeError as e:
+                raise argparse.ArgumentTypeError(f"{tok.strip()!r} in {text!r}: {e}") from None
+        return out
+
+    parse.__name__ = f"comma-separated {getattr(item, '__name__', 'values')}"
     return parse
