@@ -20,7 +20,7 @@ import numpy as np
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
-from tidal.platform.argtypes import amount, count, listed  # imports ray: after the setting above
+from tidal.platform.argtypes import amount, count, free_port, listed  # imports ray: after the setting above
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="offered requests/s, comma-separated")
     ap.add_argument("--seconds", type=amount(), default=15.0)
     ap.add_argument("--tokens", type=count(1), default=16)
-    ap.add_argument("--port", type=count(1, 65535), default=8123)
+    ap.add_argument("--port", type=free_port, default="8123")
     args = ap.parse_args(argv)
     import ray
     from ray import serve

@@ -45,10 +45,11 @@ os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
 import numpy as np
 import ray
 
+from tidal.platform.argtypes import free_port
+
 TRACE = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "azure-llm" / \
     "AzureLLMInferenceTrace_conv.csv"
 SERVE_MODEL = dict(seq_len=32, d_model=64, n_layer=2, n_head=4)
-PORT = 8000
 
 
 def start_cluster(train_gpus: int, infer_gpus: int) -> Any:
@@ -176,6 +177,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path("results"))
     ap.add_argument("--keep", action="store_true", help="keep the local cluster up for `ray job submit`")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--port", type=free_port, default="8000", help="Serve's HTTP port on 127.0.0.1")
     args = ap.parse_args()
     if not 1 <= args.minutes <= 600:
         raise SystemExit(f"demo: --minutes must lie in [1, 600], got {args.minutes}")
@@ -215,7 +217,7 @@ def main() -> int:
         ckpt = train_serving_model(120)
 
         print("== starting Serve (app 'gpt' at /gpt, replicas on the inference pool) and the scheduler")
-        serve.start(http_options={"host": "127.0.0.1", "port": PORT})
+        serve.start(http_options={"host": "127.0.0.1", "port": args.port})
         serve.run(gpt_app(checkpoint=ckpt, min_replicas=1,  # at the shape its meta records
                           max_replicas=pool_gpus["inference"], upscale_delay_s=2.0, downscale_delay_s=30.0),
                   name="gpt", route_prefix="/gpt")
@@ -229,7 +231,7 @@ def main() -> int:
         print(f"== traffic: {len(schedule)} requests over {span:.0f} s from the {src}, "
               f"peak {args.peak_rps:g} req/s at {0.6 * span:.0f} s; SLO p99 {SLO_P99_S * 1000:.0f} ms")
         rec = Record()
-        url = f"http://127.0.0.1:{PORT}/gpt"
+        url = f"http://127.0.0.1:{args.port}/gpt"
         prompts = ["ROMEO.\n", "To be, or not", "KING HENRY.\n", "O, ", "Enter "]
 
         def body(i: int) -> dict[str, Any]:

@@ -4,7 +4,7 @@ import argparse
 
 import pytest
 
-from tidal.platform.argtypes import amount, count, listed
+from tidal.platform.argtypes import amount, count, free_port, listed
 
 
 def test_count_takes_integers_from_its_floor() -> None:
@@ -63,3 +63,18 @@ def test_benchmark_list_and_port_options_are_refused_in_one_line(
                        text=True, timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert r.stderr.strip().splitlines()[-1] == f"{script}.py: error: {says}"
+
+
+def test_free_port_refuses_a_port_something_listens_on() -> None:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        says = f"^127.0.0.1:{port} is in use .*pick another port$"
+        with pytest.raises(argparse.ArgumentTypeError, match=says):
+            free_port(str(port))
+    assert free_port(str(port)) == port  # closed: free again
+    with pytest.raises(argparse.ArgumentTypeError, match=r"must be an integer in \[1, 65535\]"):
+        free_port("0")

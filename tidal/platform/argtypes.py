@@ -7,12 +7,14 @@ worker tracebacks). Used by the `tidal` CLI and the benchmarks.
     ap.add_argument("--jitter-s", type=amount(0.0, strict=False))   # >= 0
     ap.add_argument("--port", type=count(1, 65535))    # an integer in [1, 65535]
     ap.add_argument("--rates", type=listed(amount()))  # comma-separated, each a number > 0
+    ap.add_argument("--port", type=free_port, default="8000")  # a string default is checked too
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import socket
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -68,3 +70,20 @@ def listed(item: Callable[[str], T]) -> Callable[[str], list[T]]:
 
     parse.__name__ = f"comma-separated {getattr(item, '__name__', 'values')}"
     return parse
+
+
+def free_port(text: str) -> int:
+    """A TCP port nothing listens on at 127.0.0.1 now: Serve's proxy binds it only after Ray and
+    Serve have started, and a busy one was a traceback then (a minute into the demo)."""
+    port = count(1, 65535)(text)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a closed one in TIME_WAIT is free
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError as e:
+            raise argparse.ArgumentTypeError(f"127.0.0.1:{port} is in use ({e.strerror}): "
+                                             "stop what holds it or pick another port") from None
+    return port
+
+
+free_port.__name__ = "free port"
