@@ -17,9 +17,10 @@ at an 80-GB H100's 79.2 GiB, 81101 MiB), and a labelled row keeps its times and 
 --models picks the transformers: `tinygpt` (d 128, 4 layers, seq 64: the CPU table) or GPT-2
 shapes (`gpt2-124m`, `gpt2-355m`, `gpt2-774m`, `gpt2-1.5b`: 50257 vocabulary, the standard
 widths and depths, an untied output head, so `params` is Ψ + 50257·d above the tied count),
-trained on Shakespeare characters (what the tokens are does not change a step's cost). Rows are
-appended to --out as each plan finishes, so a run cut short by --deadline-min (no new plan
-starts after it) or by a timeout keeps what it measured.
+trained on Shakespeare characters (what the tokens are does not change a step's cost). With
+RAY_ADDRESS set it profiles on that cluster (its GPUs, logical ones on CPU machines), else on a
+local one of its own. Rows are appended to --out as each plan finishes, so a run cut short by
+--deadline-min (no new plan starts after it) or by a timeout keeps what it measured.
 
     python benchmarks/measure_plans.py                                      # CPU, tiny GPT
     python benchmarks/measure_plans.py --cuda --models gpt2-124m,gpt2-355m --seq 1024 \
@@ -160,13 +161,24 @@ def main() -> None:
     def past_deadline() -> bool:
         return args.deadline_min is not None and time.monotonic() - t0 > 60 * args.deadline_min
 
-    if args.cuda:
+    joining = bool(os.environ.get("RAY_ADDRESS"))  # a cluster someone started: its resources
+    if args.cuda and not joining:
+        import torch
+
+        if not torch.cuda.is_available():  # this machine's own cluster would have no GPU
+            raise SystemExit("measure_plans: --cuda, but this machine has no CUDA device "
+                             "(set RAY_ADDRESS to profile on a cluster whose nodes have one)")
+    # without RAY_ADDRESS a cluster of its own ("local"): a plain ray.init() joins any cluster
+    # running on this machine, and its logical GPUs would take --cuda profiles
+    if joining:
         ray.init(log_to_driver=False)
+    elif args.cuda:
+        ray.init(address="local", log_to_driver=False)
     else:
-        ray.init(num_cpus=2, num_gpus=2, log_to_driver=False)
+        ray.init(address="local", num_cpus=2, num_gpus=2, log_to_driver=False)
     if why := unschedulable(plans, ray.cluster_resources()):  # Ray would keep it pending: a hang
         ray.shutdown()
-        hint = " (--cuda on a machine without a GPU?)" if args.cuda else ""
+        hint = " (--cuda: the cluster's nodes need GPUs)" if args.cuda else ""
         raise SystemExit(f"measure_plans: {why}{hint}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     kept = []
