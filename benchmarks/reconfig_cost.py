@@ -31,7 +31,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--warm-steps", type=count(1), default=5)
     args = ap.parse_args()
-    ray.init(num_cpus=4, num_gpus=4, log_to_driver=False)
+    ray.init(address="local", num_cpus=4, num_gpus=4, log_to_driver=False)  # its own, not a running one
     spec = shakespeare_gpt(total_steps=100_000, checkpoint_every=100_000)
     plans = [
         Plan(dp=2, zero_stage=1, micro_batch=8, grad_accum=2),

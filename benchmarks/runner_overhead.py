@@ -103,7 +103,7 @@ def main() -> None:
     ap.add_argument("--steps", type=count(1), default=60)
     ap.add_argument("--warmup", type=count(0), default=10)
     args = ap.parse_args()
-    ray.init(num_cpus=4, num_gpus=4, log_to_driver=False)
+    ray.init(address="local", num_cpus=4, num_gpus=4, log_to_driver=False)  # its own, not a running one
     spec = shakespeare_gpt(total_steps=args.steps, checkpoint_every=10 * args.steps, report_every=10)
     plan = Plan(dp=2, zero_stage=1, micro_batch=8, grad_accum=2)
     print(f"model {spec.name} (d128, 4 layers, seq 64), global batch {spec.global_batch}, "

@@ -37,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     from tidal.serving.app import SLO_P99_S, GPTServer
     from tidal.serving.traffic import p99, replay
 
-    ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False,  # its own cluster
+             log_to_driver=False)
     serve.start(http_options={"host": "127.0.0.1", "port": args.port})
     dep = serve.deployment(GPTServer, name="gpt", ray_actor_options={"num_gpus": 1, "num_cpus": 1},
                            num_replicas=1, max_ongoing_requests=64)
