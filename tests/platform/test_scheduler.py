@@ -9,6 +9,7 @@ loss curves equal to uninterrupted runs; every run's workers ran on the nodes it
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 import uuid
@@ -24,7 +25,7 @@ from tidal.jobs import Plan, SpecError
 from tidal.jobs.checkpoint import META_FILE
 from tidal.jobs.runner import Resources, launch
 from tidal.platform import sdk
-from tidal.platform.scheduler import NAMESPACE, SCHEDULER_NAME, SchedulerConfig, compute_steps
+from tidal.platform.scheduler import NAMESPACE, SCHEDULER_NAME, SchedulerConfig, _error_text, compute_steps
 from tidal.platform.store import JobRecord, JobState
 
 integration = pytest.mark.integration
@@ -141,6 +142,12 @@ def test_reject_fail_and_cancel(scheduler: Any) -> None:
         tiny_gpt_spec(name="raises", total_steps=5000, max_gpus=2, loss=FailAfter(40)))), scheduler)
     final = bad.wait(timeout=400, poll_s=2)
     assert final["state"] == "FAILED" and "boom" in final["error"], final
+    # the FAILED job keeps what its run reported before the error (`_run_failed`)...
+    curve = bad.logs()
+    assert curve and all(math.isfinite(m["loss"]) for m in curve), curve
+    # ...and its state change names the worker's error, not Ray Train's wrapper around it
+    note = ray.get(scheduler.job_events.remote(bad.job_id))[-1]["note"]
+    assert note == "RuntimeError: boom: the training function failed", note
     table = format_status(sdk.list_jobs())
     assert "FAILED" in table and "boom" in table
     step = ok.status()["step"]
@@ -148,6 +155,25 @@ def test_reject_fail_and_cancel(scheduler: Any) -> None:
     ok.cancel()
     assert ok.wait(timeout=200, poll_s=1)["state"] == "CANCELLED"
     _wait(lambda: ray.available_resources().get("GPU", 0) == 4, "the cancelled job's GPUs to be freed", 120)
+
+
+class WorkerGroupError(RuntimeError):
+    """Ray Train's error for a worker that raised, with its text as Ray 2.60 writes it."""
+
+
+def test_a_failed_runs_note_names_the_workers_error_not_the_wrapper() -> None:
+    wrapped = WorkerGroupError(
+        "Training failed due to worker errors:\n[Rank 0 Error Snippet]:\nTraceback (most recent call "
+        'last):\n  File "tidal/jobs/worker.py", line 261, in trained\n    raise NonFiniteLoss(...)\n'
+        "tidal.jobs.worker.NonFiniteLoss: non-finite loss at step 30: nan\n\n")
+    stored, note = _error_text(wrapped)
+    assert note == "tidal.jobs.worker.NonFiniteLoss: non-finite loss at step 30: nan"
+    assert stored.startswith("WorkerGroupError: Training failed") and "line 261" in stored
+    # without a traceback, the first line; long texts are cut, the stored one keeps its end
+    stored, note = _error_text(ValueError("bad plan\ndetails"))
+    assert (stored, note) == ("ValueError: bad plan\ndetails", "ValueError: bad plan")
+    stored, note = _error_text(ValueError("x" * 5000))
+    assert len(note) == 160 and len(stored) == 4000 and stored.endswith("x")
 
 
 def test_an_autolrs_jobs_probe_steps_count_against_its_budget(tmp_path: Path) -> None:

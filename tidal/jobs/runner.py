@@ -251,6 +251,7 @@ class RunHandle:
                                      callbacks=[_controller_handle(self.control)])
         self._result: RunResult | None = None
         self._error: BaseException | None = None
+        self._failed_history: list[dict[str, Any]] = []
         self._stop_time: float | None = None
         self._registered = False
         self._t0 = time.time()
@@ -284,8 +285,17 @@ class RunHandle:
             )
         except BaseException as e:  # surfaced by result()
             self._error = e
+            self._failed_history = self._reported()  # the steps before the error (`history()`)
         finally:
             ray.kill(self.control)
+
+    def _reported(self) -> list[dict[str, Any]]:
+        """What rank 0 reported to the run's `RunControl` (nothing if it is gone)."""
+        try:
+            hist: list[dict[str, Any]] = ray.get(self.control.history.remote(), timeout=10)
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            return []
+        return hist
 
     def _aborted(self) -> bool:
         try:
@@ -323,14 +333,11 @@ class RunHandle:
         return latest
 
     def history(self) -> list[dict[str, Any]]:
-        """Per-step metrics so far (the whole curve once the run is done)."""
+        """Per-step metrics so far (the whole curve once the run is done; a failed run's up to
+        its error)."""
         if self.done():
-            return list(self._result.history) if self._result else []
-        try:
-            hist: list[dict[str, Any]] = ray.get(self.control.history.remote(), timeout=10)
-        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
-            return []
-        return hist
+            return list(self._result.history) if self._result else list(self._failed_history)
+        return self._reported()
 
     def result(self, timeout: float | None = None) -> RunResult:
         self._thread.join(timeout)

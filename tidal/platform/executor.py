@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tidal.core.policy import Allocation
@@ -64,11 +64,12 @@ def run_checkpoints(run_id: str | None) -> tuple[str | None, int, list[dict[str,
 
 @dataclass(frozen=True, kw_only=True)
 class Ended:
-    """A run that ended: its result, or the error it ended with."""
+    """A run that ended: its result, or the error it ended with and what it reported before."""
 
     job_id: str
     result: RunResult | None
     error: Exception | None
+    history: list[dict[str, Any]] = field(default_factory=list)  # with `error`: the steps it ran
 
 
 class Executor:
@@ -127,7 +128,7 @@ class Executor:
             try:
                 out.append(Ended(job_id=jid, result=h.result(), error=None))
             except Exception as e:
-                out.append(Ended(job_id=jid, result=None, error=e))
+                out.append(Ended(job_id=jid, result=None, error=e, history=h.history()))
         return out
 
     def recently_released(self, now: float) -> list[tuple[tuple[str, int], ...]]:

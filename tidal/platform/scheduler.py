@@ -629,7 +629,7 @@ class Scheduler:
                 self._observe_restart(stop_s=time.time() - asked)  # stopped as asked
             if ended.result is None:
                 assert ended.error is not None
-                self._run_failed(rec, ended.error)
+                self._run_failed(rec, ended.error, ended.history)
                 continue
             r = ended.result
             self._save_curve(jid, r.history)
@@ -657,16 +657,21 @@ class Scheduler:
                                       restarts=rec.restarts + 1, **fields)
                 self._event(f"{jid} stopped at step {r.final_step} for reconfiguration")
 
-    def _run_failed(self, rec: JobRecord, e: Exception) -> None:
+    def _run_failed(self, rec: JobRecord, e: Exception, history: list[dict[str, Any]]) -> None:
         """A run ended with an error. The cluster's fault (a dead worker or node, a broken
         collective: `executor.infrastructure_failure`) sends the job back to QUEUED from the
         newest checkpoint in its run's storage, counted in `restarts`, up to
         `max_infra_restarts` (`_requeue`: SUCCEEDED if that checkpoint is the whole job); the
         job's own error (its loss or model raising, a non-finite
-        loss) fails it alone. A job whose cancel was asked for is CANCELLED either way."""
+        loss) fails it alone. A job whose cancel was asked for is CANCELLED either way.
+
+        `history` is what the run reported up to its error. A job that ends here keeps it as its
+        curve (`history()`: the loss up to the step that raised); a requeued one keeps only the
+        steps up to its checkpoint, since the next run computes the later ones again."""
         jid = rec.job_id
         error, first = _error_text(e)
         if rec.cancel_requested:
+            self._save_curve(jid, history)
             self.store.transition(jid, JobState.CANCELLED, f"cancelled; its run ended with {first}",
                                   allocation=None, finished=time.time())
             return
@@ -679,8 +684,9 @@ class Scheduler:
             if self._requeue(rec, ckpt, step, f"run failed for an infrastructure reason ({first})",
                              requeue=rec.restarts < self.cfg.max_infra_restarts):
                 return
+        self._save_curve(jid, history)
         self.store.transition(jid, JobState.FAILED, first, error=error, allocation=None, finished=time.time())
-        self._event(f"{jid} FAILED: {type(e).__name__}")
+        self._event(f"{jid} FAILED: {first}")
 
     def _requeue(self, r: JobRecord, ckpt: str | None, step: int, why: str, *, requeue: bool = True) -> bool:
         """A running or stopping job whose run was lost (`why`) goes back to QUEUED from `ckpt`,
@@ -866,10 +872,15 @@ class Scheduler:
 
 
 def _error_text(e: Exception) -> tuple[str, str]:
-    """A run's or launch's error as stored (its last 4,000 characters) and as a one-line note
-    (its first line)."""
+    """A run's or launch's error as stored (its last 4,000 characters) and as a one-line note:
+    its first line, or, when it carries a traceback, the traceback's last line, which names the
+    exception that was raised. (Ray Train's `WorkerGroupError` starts "Training failed due to
+    worker errors:" and ends with the worker's own error, e.g. `NonFiniteLoss: ... step 30: nan`;
+    `tidal status` shows that last line too.)"""
     text = f"{type(e).__name__}: {e}"
-    return text[-4000:], text.splitlines()[0][:160]
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    note = lines[-1] if "Traceback (most recent call last):" in text else lines[0]
+    return text[-4000:], note[:160]
 
 
 def compute_steps(r: JobRecord, progress: dict[str, Any] | None,
