@@ -99,6 +99,16 @@ def test_two_jobs_reconfiguration_and_scheduler_restart(scheduler: Any) -> None:
     # placements are checked by the restarted actor for the runs it collected
     for check in ray.get(actor.placements.remote()):
         assert check["decided"] == check["ran"], check
+    # storage keeps a job's last run only (A ran 3 times or more), with its newest checkpoints
+    storage = Path(os.environ["TIDAL_STORAGE"])
+    for final in (final_a, final_b):
+        last = Path(final["checkpoint"]).parent
+        assert last.parent == storage and last.name.startswith(f"{final['job_id']}-r"), final
+        _wait(lambda job=final["job_id"]: len(list(storage.glob(f"{job}-r*"))) == 1,
+              "the earlier runs to be removed", 30)
+        assert [d.name for d in storage.glob(f"{final['job_id']}-r*")] == [last.name]
+        kept = sorted(d.name for d in last.glob("step_*"))
+        assert 1 <= len(kept) <= 2 and Path(final["checkpoint"]).name == kept[-1], kept
 
 
 class FailAfter:
@@ -169,6 +179,13 @@ def test_a_failed_runs_note_names_the_workers_error_not_the_wrapper() -> None:
     stored, note = _error_text(wrapped)
     assert note == "tidal.jobs.worker.NonFiniteLoss: non-finite loss at step 30: nan"
     assert stored.startswith("WorkerGroupError: Training failed") and "line 261" in stored
+    class ControllerError(RuntimeError):
+        pass
+
+    _, note = _error_text(ControllerError("Training failed due to controller error:\n"
+                                          "[Errno 28] No space left on device"))
+    assert note == ("ControllerError: Training failed due to controller error: "
+                    "[Errno 28] No space left on device")
     # without a traceback, the first line; long texts are cut, the stored one keeps its end
     stored, note = _error_text(ValueError("bad plan\ndetails"))
     assert (stored, note) == ("ValueError: bad plan\ndetails", "ValueError: bad plan")

@@ -23,7 +23,7 @@ for; the driver reads progress and the loss curve from it. Ray Train's own `repo
 the checkpoints, which land under the run's storage, and metrics only if the spec asks
 (`report_every`: each report waits for Ray Train's controller, which polls every 2 s), storage
 being `$TIDAL_STORAGE`, default `~/.cache/tidal/runs`; a multi-node cluster needs it on a shared
-filesystem or in cloud storage).
+filesystem or in cloud storage). A run keeps its newest `JobSpec.keep_checkpoints` there.
 
 Workers use `resources_per_worker = {CPU: c, GPU: g}`. With `gpus_per_worker > 0` and no CUDA
 on the workers (a CPU machine with *logical* GPUs, `ray.init(num_gpus=N)`), the GPUs are
@@ -248,7 +248,8 @@ class RunHandle:
         )
         self._trainer = make_trainer(train_loop, {"worker": worker}, resources, use_cuda=use_cuda,
                                      name=self.run_id, max_failures=max_failures,
-                                     callbacks=[_controller_handle(self.control)])
+                                     callbacks=[_controller_handle(self.control)],
+                                     keep_checkpoints=spec.keep_checkpoints)
         self._result: RunResult | None = None
         self._error: BaseException | None = None
         self._failed_history: list[dict[str, Any]] = []
@@ -382,13 +383,15 @@ def _controller_handle(control: Any) -> Any:
 
 
 def make_trainer(train_fn: Any, config: dict[str, Any], resources: Resources, *, use_cuda: bool,
-                 name: str, max_failures: int = 0, callbacks: list[Any] | None = None) -> Any:
+                 name: str, max_failures: int = 0, callbacks: list[Any] | None = None,
+                 keep_checkpoints: int | None = None) -> Any:
     """A Ray Train V2 `TorchTrainer` of `resources.num_workers` workers running `train_fn`:
     gloo on CPU / NCCL on CUDA, workers pinned per rank to `resources.node_ids` if given,
-    results under `storage_root()/name`. The runner and the profiler both build theirs here."""
+    results under `storage_root()/name`, of which Ray Train keeps the newest `keep_checkpoints`
+    checkpoints (None: all). The runner and the profiler both build theirs here."""
     # Train V2's classes (what `ray.train` re-exports when V2 is on, the 2.60 default).
     from ray.train.torch import TorchConfig, TorchTrainer
-    from ray.train.v2.api.config import FailureConfig, RunConfig, ScalingConfig
+    from ray.train.v2.api.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 
     label_selector = (
         [{"ray.io/node-id": n} for n in resources.node_ids] if resources.node_ids else None
@@ -410,6 +413,7 @@ def make_trainer(train_fn: Any, config: dict[str, Any], resources: Resources, *,
             name=name,
             storage_path=str(storage),
             failure_config=FailureConfig(max_failures=max_failures),
+            checkpoint_config=CheckpointConfig(num_to_keep=keep_checkpoints),
             callbacks=callbacks,
         ),
     )

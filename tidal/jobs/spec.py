@@ -200,6 +200,11 @@ class JobSpec:
     guaranteed: if True, the scheduler keeps the job at least at the throughput of
               `plan` on `requested_gpus` (Rubick's guarantee).
     checkpoint_every: steps between checkpoints (each is a `ray.train.report`).
+    keep_checkpoints: the checkpoints each run keeps in storage, the newest (Ray Train's
+              `CheckpointConfig.num_to_keep`; None keeps all). Each holds the full fp32 state
+              (12 bytes a parameter: 18 GB for a 1.5B model), so keeping all of them filled a
+              disk; two, so that a half-written newest one leaves a complete one. The scheduler
+              also removes a job's earlier runs once a newer run holds its checkpoint.
     report_every: None (default), or also send metrics to Ray Train every this many steps.
               Tidal's own metrics (every step's loss, LR, time) reach the scheduler without
               them. Each `ray.train.report` waits for Ray Train's controller to take the
@@ -229,6 +234,7 @@ class JobSpec:
     precision: Precision = "fp32"
     seed: int = 0
     checkpoint_every: int = 50
+    keep_checkpoints: int | None = 2
     report_every: int | None = None
     eval_dataset: Callable[[], Any] | None = None
 
@@ -247,7 +253,8 @@ class JobSpec:
         if self.eval_dataset is not None and not callable(self.eval_dataset):
             raise SpecError("JobSpec.eval_dataset", "must be callable or None")
         counts = ("global_batch", "total_steps", "min_gpus", "max_gpus", "checkpoint_every")
-        for name in counts + (("report_every",) if self.report_every is not None else ()):
+        optional = tuple(n for n in ("report_every", "keep_checkpoints") if getattr(self, n) is not None)
+        for name in counts + optional:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise SpecError(f"JobSpec.{name}", f"must be an integer >= 1, got {value!r}")

@@ -448,14 +448,14 @@ def train_loop(config: dict[str, Any]) -> None:
 class _RayHooks(LoopHooks):
     """The loop's host inside Ray Train: rank 0 sends metrics rows to the run's control actor in
     batches (at most one call in flight, one per `heartbeat_s`) and learns of a stop from its
-    answer; checkpoints go through `ray.train.report`, with the rows since the previous one."""
+    answer; checkpoints go through `ray.train.report`, with the run's rows so far."""
 
     def __init__(self, cfg: WorkerConfig, rank: int) -> None:
         self.cfg, self.rank = cfg, rank
         self.pending: Any = None
         self.stop = False
         self.buffered: list[dict[str, Any]] = []
-        self.since_checkpoint: list[dict[str, Any]] = []
+        self.rows: list[dict[str, Any]] = []  # every row of this run, for its checkpoints
         self.last_beat = -float("inf")
         self.wall0 = time.time()
 
@@ -472,7 +472,7 @@ class _RayHooks(LoopHooks):
 
     def emit(self, row: dict[str, Any]) -> None:
         self.buffered.append(row)
-        self.since_checkpoint.append(row)
+        self.rows.append(row)
 
     def report(self, row: dict[str, Any]) -> None:
         import ray.train
@@ -488,10 +488,9 @@ class _RayHooks(LoopHooks):
         state.meta["wall_s"] = time.time() - self.wall0
         with tempfile.TemporaryDirectory(prefix="tidal-ckpt-") as tmp:
             state.save(tmp)
-            # the per-step metrics since the previous checkpoint: the job's curve survives the
-            # loss of everything but its checkpoints (tidal.jobs.checkpoint.read_metrics)
-            (Path(tmp) / METRICS_FILE).write_text(json.dumps(self.since_checkpoint))
-            self.since_checkpoint = []
+            # the run's per-step metrics so far: the job's curve survives the loss of everything
+            # but its newest checkpoint, older ones being deleted (tidal.jobs.checkpoint.read_metrics)
+            (Path(tmp) / METRICS_FILE).write_text(json.dumps(self.rows))
             name = _checkpoint_name(state.step, int(row.get("compute_steps", state.step)))
             ray.train.report(_scalars(row), checkpoint=ray.train.Checkpoint.from_directory(tmp),
                              checkpoint_dir_name=name)

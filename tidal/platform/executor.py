@@ -9,9 +9,13 @@ the job's own error; what becomes of the job is the scheduler's call (`tidal.cor
 
 from __future__ import annotations
 
+import glob
+import re
+import shutil
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tidal.core.policy import Allocation
@@ -24,9 +28,14 @@ from tidal.jobs.spec import JobSpec
 # model raising, a non-finite loss (tidal.jobs.worker.NonFiniteLoss) — is the job's own error.
 _INFRA_TYPES = ("ActorDiedError", "RayActorError", "WorkerCrashedError", "NodeDiedError",
                 "ActorUnavailableError", "OwnerDiedError", "ObjectLostError", "RaySystemError")
+# The storage failing under a checkpoint is the cluster's too: the job resumes from its newest
+# complete checkpoint (measured: a full disk FAILED a job at its third checkpoint, the two before
+# it complete; a job cannot be resumed once FAILED).
 _INFRA_TEXT = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "NCCL error",
                "ProcessGroupNCCL", "ProcessGroupGloo", "The actor died", "worker died",
-               "node died", "SYSTEM_ERROR", "Socket Timeout")
+               "node died", "SYSTEM_ERROR", "Socket Timeout",
+               "No space left on device", "Disk quota exceeded", "Read-only file system",
+               "Stale file handle")
 
 
 def infrastructure_failure(error: BaseException) -> bool:
@@ -44,22 +53,49 @@ def infrastructure_failure(error: BaseException) -> bool:
 
 
 def run_checkpoints(run_id: str | None) -> tuple[str | None, int, list[dict[str, Any]]]:
-    """A lost run's newest complete checkpoint, its step, and the metrics of the steps up to it."""
+    """A lost run's newest complete checkpoint, its step, and the metrics of the steps up to it
+    (each checkpoint's rows, a later one's winning a step: the newest holds the run's so far)."""
     if not run_id:
         return None, 0, []
     root = storage_root() / run_id
     best: tuple[str | None, int] = (None, 0)
-    metrics: list[dict[str, Any]] = []
+    metrics: dict[int, dict[str, Any]] = {}
     for d in sorted(root.glob("step_*")) if root.exists() else []:
         try:
             step = int(read_complete_meta(d)["step"])
             metrics_of_d = read_metrics(d)
         except Exception:  # a half-written checkpoint: skip it
             continue
-        metrics += metrics_of_d
+        metrics.update((int(m["step"]), m) for m in metrics_of_d)
         if step >= best[1]:
             best = (str(d), step)
-    return best[0], best[1], [m for m in metrics if int(m["step"]) <= best[1]]
+    return best[0], best[1], [metrics[k] for k in sorted(metrics) if k <= best[1]]
+
+
+def prune_runs(job_id: str, run_id: str | None, checkpoint: str | None) -> list[str]:
+    """Remove job `job_id`'s earlier runs from storage: the `<job_id>-r<k>` directories under
+    `storage_root()` of runs before its latest run `run_id` (`<job_id>-r<n>`, k < n; the scheduler
+    numbers a job's runs in launch order), but the one holding `checkpoint`, the job's own (what it
+    resumes from, or its result). The latest run's directory stays whatever its state (a FAILED
+    job's checkpoints are its user's), and so does anything else. Returns the names removed; one
+    that cannot be removed is left, and tried again at the job's next change."""
+    own = re.compile(rf"{re.escape(job_id)}-r(\d+)")
+    latest = own.fullmatch(run_id or "")
+    root = storage_root()
+    if latest is None or not root.is_dir():
+        return []
+    held = Path(checkpoint).resolve() if checkpoint else None
+    removed = []
+    for d in root.glob(f"{glob.escape(job_id)}-r*"):
+        m = own.fullmatch(d.name)
+        if m is None or int(m[1]) >= int(latest[1]) or d.is_symlink() or not d.is_dir():
+            continue
+        if held is not None and held.is_relative_to(d.resolve()):
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        if not d.exists():
+            removed.append(d.name)
+    return sorted(removed)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -6,7 +6,7 @@ explicit controller loop:
 
     1. collect runs that ended (`tidal.platform.executor`): SUCCEEDED, back to QUEUED with
        their checkpoint (a reconfiguration, a reclaim, or a fault of the cluster), or FAILED
-       (the job's own error);
+       (the job's own error); a job that moved on has its earlier runs removed from storage;
     2. the loan step: Serve's demand → inference GPUs lendable to training → reclaims;
     3. admission (`tidal.platform.admission`): each PROFILING job is sized and profiled by Ray
        tasks off this actor, in capacity reserved for it; it becomes QUEUED with its resource
@@ -43,6 +43,7 @@ import threading
 import time
 import uuid
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,7 +64,7 @@ from tidal.planner.jobplan import Cluster, ProfileConfig, check_fits
 from tidal.platform import admission
 from tidal.platform.admission import Admission, Stage
 from tidal.platform.capacity import TRAINING_SELECTOR, Held, build_nodes, launchable_gpus, pool_of
-from tidal.platform.executor import Executor, infrastructure_failure, run_checkpoints
+from tidal.platform.executor import Executor, infrastructure_failure, prune_runs, run_checkpoints
 from tidal.platform.metrics import Metrics
 from tidal.platform.reservations import Reservation, reserve, without
 from tidal.platform.store import JobRecord, JobState, Store, state_dir
@@ -175,6 +176,10 @@ class Scheduler:
         self.launched: dict[str, float] = {}
         self.stopping: dict[str, float] = {}
         self._incarnation = uuid.uuid4().hex  # this actor's life: a restart is another
+        # each job's (latest run, checkpoint) its storage was last pruned at (`_prune`); the
+        # pruning runs off the loop: a checkpoint of a large model on a network filesystem is GBs
+        self.pruned: dict[str, tuple[str | None, str | None]] = {}
+        self.pruner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tidal-prune")
         self._recover()
         self._wake = threading.Event()
         threading.Thread(target=self._loop, name="tidal-reconcile", daemon=True).start()
@@ -657,6 +662,26 @@ class Scheduler:
                                       restarts=rec.restarts + 1, **fields)
                 self._event(f"{jid} stopped at step {r.final_step} for reconfiguration")
 
+    def _prune(self, recs: list[JobRecord]) -> None:
+        """Step 1's end: a job whose latest run or checkpoint changed has its earlier runs
+        removed from storage (`executor.prune_runs`), in the background. With each run keeping
+        its newest `JobSpec.keep_checkpoints`, a job holds at most its latest run's and the
+        one its checkpoint is in."""
+        for r in recs:
+            key = (r.run_id, r.checkpoint)
+            if self.pruned.get(r.job_id) != key:
+                self.pruned[r.job_id] = key
+                self.pruner.submit(self._prune_job, r.job_id, r.run_id, r.checkpoint)
+
+    def _prune_job(self, job_id: str, run_id: str | None, checkpoint: str | None) -> None:
+        try:
+            removed = prune_runs(job_id, run_id, checkpoint)
+        except Exception as e:  # storage trouble: the runs stay; a later change tries again
+            log.warning("pruning %s's earlier runs failed: %s", job_id, e)
+            return
+        if removed:
+            self._event(f"{job_id}: removed its earlier runs from storage ({', '.join(removed)})")
+
     def _run_failed(self, rec: JobRecord, e: Exception, history: list[dict[str, Any]]) -> None:
         """A run ended with an error. The cluster's fault (a dead worker or node, a broken
         collective: `executor.infrastructure_failure`) sends the job back to QUEUED from the
@@ -751,6 +776,7 @@ class Scheduler:
         with self.lock:
             self._collect()
             everything = self.store.all()
+            self._prune(everything)
             self.metrics.update(everything)
             recs = [r for r in everything if not r.state.terminal]
             ray_nodes = ray.nodes()
@@ -873,13 +899,20 @@ class Scheduler:
 
 def _error_text(e: Exception) -> tuple[str, str]:
     """A run's or launch's error as stored (its last 4,000 characters) and as a one-line note:
-    its first line, or, when it carries a traceback, the traceback's last line, which names the
-    exception that was raised. (Ray Train's `WorkerGroupError` starts "Training failed due to
-    worker errors:" and ends with the worker's own error, e.g. `NonFiniteLoss: ... step 30: nan`;
-    `tidal status` shows that last line too.)"""
+    its first line; when it carries a traceback, the traceback's last line, which names the
+    exception raised; when its first line announces more (ends with ':'), that line and the
+    text's last. Ray Train's `WorkerGroupError` starts "Training failed due to worker errors:"
+    and ends with the worker's traceback (e.g. `...NonFiniteLoss: non-finite loss at step 30:
+    nan`; `tidal status` shows that last line too); its `ControllerError` is "Training failed due
+    to controller error:" and the controller's error, without a traceback."""
     text = f"{type(e).__name__}: {e}"
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    note = lines[-1] if "Traceback (most recent call last):" in text else lines[0]
+    if "Traceback (most recent call last):" in text:
+        note = lines[-1]
+    elif len(lines) > 1 and lines[0].endswith(":"):
+        note = f"{lines[0]} {lines[-1]}"
+    else:
+        note = lines[0]
     return text[-4000:], note[:160]
 
 
