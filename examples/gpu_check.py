@@ -47,7 +47,10 @@ def main() -> int:
     ap.add_argument("--autolrs", action="store_true")
     ap.add_argument("--cpu", action="store_true", help="the same checks on CPU (1 logical GPU)")
     args = ap.parse_args()
-    ray.init(log_to_driver=False, **({"num_gpus": 1} if args.cpu else {}))
+    # --cpu: a cluster of its own with a logical GPU (a plain ray.init(num_gpus=1) joined a running
+    # cluster and was refused the resource); on a GPU it runs where the GPUs are, the cluster at
+    # RAY_ADDRESS or on this machine, or one it starts
+    ray.init(log_to_driver=False, **({"address": "local", "num_gpus": 1} if args.cpu else {}))
     gpus = ray.cluster_resources().get("GPU", 0)
     device = "CPU (logical GPU)" if args.cpu else ray.get(_device_name.remote()) if gpus >= 1 else ""
     if not args.cpu and device in ("", "no CUDA"):
@@ -56,7 +59,7 @@ def main() -> int:
     print(f"device: {device}", flush=True)
     spec = shakespeare_gpt(name="gpu-check", global_batch=32, total_steps=args.steps, max_gpus=1,
                            precision=args.precision,
-                           lr=WarmupCosine(peak=1e-3, warmup=5, total=args.steps))
+                           lr=WarmupCosine(peak=1e-3, warmup=min(5, args.steps // 2), total=args.steps))
     one = Resources(num_workers=1, gpus_per_worker=1.0)
     straight = run(spec, Plan(dp=1, zero_stage=0, micro_batch=8, grad_accum=4), one)
     half = args.steps // 2

@@ -33,7 +33,7 @@ import torch
 FORMAT = "tidal-checkpoint-v1"
 STATE_FILE = "tidal_state.pt"
 META_FILE = "tidal_meta.json"
-METRICS_FILE = "tidal_metrics.json"  # per-step metrics since the previous checkpoint of the run
+METRICS_FILE = "tidal_metrics.json"  # per-step metrics of the run up to the checkpoint
 
 
 class CheckpointError(RuntimeError):
