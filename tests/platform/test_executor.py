@@ -12,6 +12,7 @@ import pytest
 from ray.exceptions import ActorDiedError
 
 from tidal.jobs.checkpoint import META_FILE, METRICS_FILE, STATE_FILE
+from tidal.jobs.runner import RunHung
 from tidal.jobs.worker import NonFiniteLoss
 from tidal.platform.executor import infrastructure_failure, prune_runs, run_checkpoints
 
@@ -33,6 +34,7 @@ class TrainingFailedError(RuntimeError):
     TrainingFailedError("Training failed", OSError(
         "[Errno 28] Error writing bytes to file. Detail: [errno 28] No space left on device")),
     OSError(122, "Disk quota exceeded"),
+    RunHung("no step for 901 s (SchedulerConfig.stall_s 900 s)"),  # aborted by the scheduler
 ])
 def test_the_clusters_faults_are_infrastructure(error: BaseException) -> None:
     assert infrastructure_failure(error)

@@ -1,7 +1,7 @@
-"""Faults on a real Ray cluster lose nothing: a Train worker killed -9 three times in one job, and
-the scheduler actor killed while a job profiles and while one stops. Every job ends SUCCEEDED with
-the loss curve of an uninterrupted run, loses at most a checkpoint interval per fault, and leaves
-no placement group behind."""
+"""Faults on a real Ray cluster lose nothing: a Train worker killed -9 three times in one job, one
+that hangs (SIGSTOP), and the scheduler actor killed while a job profiles and while one stops.
+Every job ends SUCCEEDED with the loss curve of an uninterrupted run, loses at most a checkpoint
+interval per fault, and leaves no placement group behind."""
 
 from __future__ import annotations
 
@@ -92,6 +92,37 @@ def test_a_worker_killed_three_times(scheduler: Any) -> None:
         assert seen - spec.checkpoint_every <= back, (killed_at, resumed)  # ≤ one interval lost
     assert_same_curve(spec, job.logs())
     assert_no_placement_group_left()
+
+
+def test_a_hung_worker_is_aborted_and_its_job_resumes(ray_cluster: Any, tmp_path: Path) -> None:
+    """A worker that stops making progress (SIGSTOP: a hung collective, device or filesystem
+    looks the same from outside) left its job RUNNING at one step for good. The scheduler now
+    aborts a run with no step for `stall_s` and resumes the job from its newest checkpoint."""
+    started = _start(tmp_path, stall_s=15.0)
+    actor = next(started)
+    stopped: list[psutil.Process] = []
+    try:
+        spec = tiny_gpt_spec(name="hung-worker", total_steps=120, checkpoint_every=10, max_gpus=1)
+        job = sdk.JobHandle(ray.get(actor.submit.remote(spec)), actor)
+        wait(lambda: job.status()["state"] == "RUNNING" and job.status()["step"] >= 20
+             and bool(_train_workers()), "the job to train")
+        stopped.append(_train_workers()[0])
+        stopped[0].suspend()
+        at = job.status()["step"]
+        wait(lambda: job.status()["restarts"] >= 1, "the hung run to be aborted and the job requeued", 180)
+        notes = [e["note"] for e in ray.get(actor.job_events.remote(job.job_id))]
+        assert any("infrastructure" in n and "RunHung: no step for" in n for n in notes), notes
+        assert not stopped[0].is_running() or stopped[0].status() == psutil.STATUS_ZOMBIE  # killed
+        final = job.wait(timeout=600, poll_s=2)
+        assert final["state"] == "SUCCEEDED" and final["restarts"] == 1, final
+        resumed = _resumed_from(actor, job.job_id)
+        assert len(resumed) == 1 and at - spec.checkpoint_every <= resumed[0], (at, resumed)
+        assert_same_curve(spec, job.logs())
+    finally:
+        for p in stopped:  # never leave a stopped process behind
+            if p.is_running():
+                p.resume()
+        next(started, None)  # the fixture's teardown: the actor killed
 
 
 def test_a_run_lost_after_its_last_checkpoint_and_a_lost_checkpoint(ray_cluster: Any, tmp_path: Path) -> None:

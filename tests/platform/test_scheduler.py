@@ -220,6 +220,7 @@ def test_an_autolrs_jobs_probe_steps_count_against_its_budget(tmp_path: Path) ->
 @pytest.mark.parametrize(("field", "value", "says"), [
     ("tick_s", -1.0, "tick_s must be a finite number > 0"),
     ("tick_s", 0, "tick_s must be a finite number > 0"),
+    ("stall_s", 0.0, "stall_s must be a finite number > 0"),
     ("gpu_mem_gib", float("nan"), "gpu_mem_gib must be a finite number > 0"),
     ("cpus_per_worker", "1", "cpus_per_worker must be a finite number > 0"),
     ("profile_gpus", -0.5, "profile_gpus must be a finite number >= 0"),

@@ -53,6 +53,11 @@ def storage_root() -> Path:
     return Path(os.environ.get("TIDAL_STORAGE", Path.home() / ".cache" / "tidal" / "runs"))
 
 
+class RunHung(RuntimeError):
+    """A run the driver found hung (no step for too long) and aborted; the job resumes from its
+    newest checkpoint (`tidal.platform.executor.infrastructure_failure`)."""
+
+
 class StorageError(ValueError):
     """The runs' storage cannot hold checkpoints (one line naming it)."""
 
@@ -125,11 +130,33 @@ class RunControl:
         self._workers: dict[int, str] = {}
         self._controller: Any = None
         self._aborted = False
+        self._beat: float | None = None  # when rank 0 last called in (time.monotonic, this actor's)
+        self._hung: str | None = None  # why the driver found the run hung (`abort_hung`)
 
     def set_controller(self, controller: Any) -> None:
         """Called once by the `_controller_handle` callback from inside the controller as it starts."""
         self._controller = controller
         self._abort_if_untrained()
+        if self._hung is not None:
+            controller.abort.remote()
+
+    def quiet_s(self) -> float | None:
+        """Seconds since rank 0 last called in (it does once per step it executes, probes
+        included, at most every `heartbeat_s`); None before its first call. Measured on this
+        actor's clock, so the driver's need not agree with it."""
+        return None if self._beat is None else time.monotonic() - self._beat
+
+    def abort_hung(self, why: str) -> None:
+        """The driver found the run hung (no step for too long): abort Ray Train's controller,
+        which kills the workers, now or as soon as it registers; the run then ends with
+        `RunHung(why)`, a fault of the cluster (resumed from the newest checkpoint)."""
+        if self._hung is None:
+            self._hung = why
+            if self._controller is not None:
+                self._controller.abort.remote()
+
+    def hung(self) -> str | None:
+        return self._hung
 
     def _abort_if_untrained(self) -> None:
         """A stop asked for before any step was reported: abort the run now, not after its
@@ -162,6 +189,7 @@ class RunControl:
         return self._stop_time
 
     def heartbeat(self, metrics: list[dict[str, Any]]) -> bool:
+        self._beat = time.monotonic()
         if self._aborted:
             return True  # steps reported after the abort are not the run's: the run has none
         for m in metrics:  # a restarted worker group may resend steps: keep the latest
@@ -264,6 +292,8 @@ class RunHandle:
             try:
                 result = self._trainer.fit()
             except BaseException:
+                if (why := self._hung()) is not None:
+                    raise RunHung(why) from None
                 if not self._aborted():
                     raise
                 self._result = RunResult(
@@ -303,6 +333,29 @@ class RunHandle:
             return bool(ray.get(self.control.aborted.remote(), timeout=30))
         except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
             return False
+
+    def _hung(self) -> str | None:
+        try:
+            why: str | None = ray.get(self.control.hung.remote(), timeout=30)
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            return None
+        return why
+
+    def quiet_s(self) -> float | None:
+        """Seconds since the run's rank 0 last called in (`RunControl.quiet_s`); None before its
+        first call, when the run is done, or when its control actor does not answer."""
+        if self.done():
+            return None
+        try:
+            quiet: float | None = ray.get(self.control.quiet_s.remote(), timeout=10)
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            return None
+        return quiet
+
+    def abort_hung(self, why: str) -> None:
+        """End a hung run: its workers are killed and it ends with `RunHung(why)`. Returns at once."""
+        if not self.done():
+            self.control.abort_hung.remote(why)
 
     def stop(self) -> None:
         """Ask the run to stop after the current step, with a checkpoint (before its first step:

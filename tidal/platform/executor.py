@@ -27,7 +27,8 @@ from tidal.jobs.spec import JobSpec
 # a collective torn down under a surviving worker (gloo/NCCL). Anything else — the job's loss or
 # model raising, a non-finite loss (tidal.jobs.worker.NonFiniteLoss) — is the job's own error.
 _INFRA_TYPES = ("ActorDiedError", "RayActorError", "WorkerCrashedError", "NodeDiedError",
-                "ActorUnavailableError", "OwnerDiedError", "ObjectLostError", "RaySystemError")
+                "ActorUnavailableError", "OwnerDiedError", "ObjectLostError", "RaySystemError",
+                "RunHung")
 # The storage failing under a checkpoint is the cluster's too: the job resumes from its newest
 # complete checkpoint (measured: a full disk FAILED a job at its third checkpoint, the two before
 # it complete; a job cannot be resumed once FAILED).
@@ -143,6 +144,17 @@ class Executor:
         (`tidal.core.autoscale`); False if it has no run here."""
         h = self.handles.get(job_id)
         return h is not None and h.registered()
+
+    def quiet_s(self, job_id: str) -> float | None:
+        """Seconds since the job's run last executed a step (`RunHandle.quiet_s`)."""
+        h = self.handles.get(job_id)
+        return h.quiet_s() if h is not None else None
+
+    def abort_hung(self, job_id: str, why: str) -> None:
+        """Abort the job's hung run; `collect` hands it back ended with `RunHung(why)`."""
+        h = self.handles.get(job_id)
+        if h is not None:
+            h.abort_hung(why)
 
     def progress(self, job_id: str) -> dict[str, Any] | None:
         h = self.handles.get(job_id)

@@ -107,6 +107,10 @@ class SchedulerConfig:
     loans: LoanConfig = field(default_factory=lambda: LoanConfig(replica_rps=1.0, interval_s=2.0, lead_s=15.0,
                                                                  window=15, min_replicas=0))
     max_infra_restarts: int = 10  # requeues after infrastructure failures before a job FAILS
+    # a run that executes no step for this long (from its launch before its first) is hung: its
+    # workers are killed and the job resumes from its newest checkpoint, an infrastructure failure
+    # (`_watch`). Longer than a checkpoint's write and a run's start-up (a large model's load)
+    stall_s: float = 900.0
     max_admission_attempts: int = 3  # admission tasks lost to the cluster before a job is REJECTED
     release_grace_s: float = 20.0  # a stopped run's GPUs count as Tidal's this long (Ray frees them late)
     # each job's predictions corrected by its measured samples/s (None: the model as fitted)
@@ -128,7 +132,7 @@ class SchedulerConfig:
                              f"got {r!r}")
         for name, lo, strict in (("tick_s", 0.0, True), ("gpu_mem_gib", 0.0, True),
                                  ("cpus_per_worker", 0.0, True), ("profile_gpus", 0.0, False),
-                                 ("release_grace_s", 0.0, False)):
+                                 ("release_grace_s", 0.0, False), ("stall_s", 0.0, True)):
             require_number(f"SchedulerConfig.{name}", getattr(self, name), lo, strict=strict)
         for name, lo, hi in (("profile_samples", 1, 8), ("profile_steps", 1, None), ("max_failures", 0, None),
                              ("max_infra_restarts", 0, None), ("max_admission_attempts", 1, None)):
@@ -174,6 +178,7 @@ class Scheduler:
         # for (a restarted actor measures its runs again: its jobs are QUEUED until it launches them)
         self.restart = RestartCost().restored(self.store.measured(_RESTART_SAMPLES))
         self.launched: dict[str, float] = {}
+        self.hung: set[str] = set()  # jobs whose run `_watch` aborted, until it ends
         self.stopping: dict[str, float] = {}
         self._incarnation = uuid.uuid4().hex  # this actor's life: a restart is another
         # each job's (latest run, checkpoint) its storage was last pruned at (`_prune`); the
@@ -624,9 +629,11 @@ class Scheduler:
                             cfg=self.cfg.correction)
                 upd["sps_ratios"] = [[n, r] for n, r in c.ratios]
             self.store.update(jid, **upd)
+        self._watch(now)
         recs = {r.job_id: r for r in self.store.all()}
         for ended in self.executor.collect({jid: r.allocation for jid, r in recs.items()}):
             jid, rec = ended.job_id, recs[ended.job_id]
+            self.hung.discard(jid)
             self.observed.pop(jid, None)
             self.launched.pop(jid, None)
             asked = self.stopping.pop(jid, None)
@@ -661,6 +668,23 @@ class Scheduler:
                                       f"stopped at step {r.final_step} with a checkpoint",
                                       restarts=rec.restarts + 1, **fields)
                 self._event(f"{jid} stopped at step {r.final_step} for reconfiguration")
+
+    def _watch(self, now: float) -> None:
+        """Step 1: a run with no step for `stall_s` (rank 0 calls in once per step it executes;
+        before its first, counted from its launch) is hung, and is aborted: `collect` then hands
+        it back ended with `RunHung`, and the job resumes from its newest checkpoint. Measured
+        before: one worker stopped (SIGSTOP) left its job RUNNING at the same step for good, a
+        cancel left it STOPPING for good, and as a STOPPING job holds every decision back, a job
+        submitted beside it sat QUEUED beside a free GPU."""
+        for jid in list(self.executor.handles):
+            quiet = self.executor.quiet_s(jid)
+            if quiet is None and (launched := self.launched.get(jid)) is not None:
+                quiet = now - launched  # not started yet: since its launch
+            if quiet is not None and quiet > self.cfg.stall_s and jid not in self.hung:
+                self.hung.add(jid)
+                why = f"no step for {quiet:.0f} s (SchedulerConfig.stall_s {self.cfg.stall_s:g} s)"
+                self.executor.abort_hung(jid, why)
+                self._event(f"{jid}: its run is hung, {why}: aborted")
 
     def _prune(self, recs: list[JobRecord]) -> None:
         """Step 1's end: a job whose latest run or checkpoint changed has its earlier runs
