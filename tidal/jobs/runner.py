@@ -342,15 +342,16 @@ class RunHandle:
         return why
 
     def quiet_s(self) -> float | None:
-        """Seconds since the run's rank 0 last called in (`RunControl.quiet_s`); None before its
-        first call, when the run is done, or when its control actor does not answer."""
+        """Seconds since the run's rank 0 last called in (`RunControl.quiet_s`), or since its
+        launch before its first call; None (not known) when the run is done or its control actor
+        does not answer: a slow actor must not make a healthy run look hung."""
         if self.done():
             return None
         try:
             quiet: float | None = ray.get(self.control.quiet_s.remote(), timeout=10)
         except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
             return None
-        return quiet
+        return time.time() - self._t0 if quiet is None else quiet
 
     def abort_hung(self, why: str) -> None:
         """End a hung run: its workers are killed and it ends with `RunHung(why)`. Returns at once."""

@@ -146,7 +146,8 @@ class Executor:
         return h is not None and h.registered()
 
     def quiet_s(self, job_id: str) -> float | None:
-        """Seconds since the job's run last executed a step (`RunHandle.quiet_s`)."""
+        """Seconds since the job's run last executed a step, or since its launch before its
+        first; None when not known (`RunHandle.quiet_s`)."""
         h = self.handles.get(job_id)
         return h.quiet_s() if h is not None else None
 

@@ -629,7 +629,7 @@ class Scheduler:
                             cfg=self.cfg.correction)
                 upd["sps_ratios"] = [[n, r] for n, r in c.ratios]
             self.store.update(jid, **upd)
-        self._watch(now)
+        self._watch()
         recs = {r.job_id: r for r in self.store.all()}
         for ended in self.executor.collect({jid: r.allocation for jid, r in recs.items()}):
             jid, rec = ended.job_id, recs[ended.job_id]
@@ -669,7 +669,7 @@ class Scheduler:
                                       restarts=rec.restarts + 1, **fields)
                 self._event(f"{jid} stopped at step {r.final_step} for reconfiguration")
 
-    def _watch(self, now: float) -> None:
+    def _watch(self) -> None:
         """Step 1: a run with no step for `stall_s` (rank 0 calls in once per step it executes;
         before its first, counted from its launch) is hung, and is aborted: `collect` then hands
         it back ended with `RunHung`, and the job resumes from its newest checkpoint. Measured
@@ -677,9 +677,7 @@ class Scheduler:
         cancel left it STOPPING for good, and as a STOPPING job holds every decision back, a job
         submitted beside it sat QUEUED beside a free GPU."""
         for jid in list(self.executor.handles):
-            quiet = self.executor.quiet_s(jid)
-            if quiet is None and (launched := self.launched.get(jid)) is not None:
-                quiet = now - launched  # not started yet: since its launch
+            quiet = self.executor.quiet_s(jid)  # None: not known this tick
             if quiet is not None and quiet > self.cfg.stall_s and jid not in self.hung:
                 self.hung.add(jid)
                 why = f"no step for {quiet:.0f} s (SchedulerConfig.stall_s {self.cfg.stall_s:g} s)"
