@@ -53,6 +53,9 @@ def storage_root() -> Path:
     return Path(os.environ.get("TIDAL_STORAGE", Path.home() / ".cache" / "tidal" / "runs"))
 
 
+_NO_ANSWER = object()  # `RunHandle._ask`'s default where None is an answer
+
+
 class RunHung(RuntimeError):
     """A run the driver found hung (no step for too long) and aborted; the job resumes from its
     newest checkpoint (`tidal.platform.executor.infrastructure_failure`)."""
@@ -320,25 +323,24 @@ class RunHandle:
         finally:
             ray.kill(self.control)
 
+    def _ask(self, method: str, default: Any, timeout: float = 10.0) -> Any:
+        """`RunControl.<method>()`'s answer, or `default` when the actor is gone or does not
+        answer within `timeout` seconds (every question the driver asks it)."""
+        try:
+            return ray.get(getattr(self.control, method).remote(), timeout=timeout)
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            return default
+
     def _reported(self) -> list[dict[str, Any]]:
         """What rank 0 reported to the run's `RunControl` (nothing if it is gone)."""
-        try:
-            hist: list[dict[str, Any]] = ray.get(self.control.history.remote(), timeout=10)
-        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
-            return []
+        hist: list[dict[str, Any]] = self._ask("history", [])
         return hist
 
     def _aborted(self) -> bool:
-        try:
-            return bool(ray.get(self.control.aborted.remote(), timeout=30))
-        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
-            return False
+        return bool(self._ask("aborted", False, timeout=30))
 
     def _hung(self) -> str | None:
-        try:
-            why: str | None = ray.get(self.control.hung.remote(), timeout=30)
-        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
-            return None
+        why: str | None = self._ask("hung", None, timeout=30)
         return why
 
     def quiet_s(self) -> float | None:
@@ -347,11 +349,10 @@ class RunHandle:
         does not answer: a slow actor must not make a healthy run look hung."""
         if self.done():
             return None
-        try:
-            quiet: float | None = ray.get(self.control.quiet_s.remote(), timeout=10)
-        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+        quiet = self._ask("quiet_s", _NO_ANSWER)
+        if quiet is _NO_ANSWER:
             return None
-        return time.time() - self._t0 if quiet is None else quiet
+        return time.time() - self._t0 if quiet is None else float(quiet)
 
     def abort_hung(self, why: str) -> None:
         """End a hung run: its workers are killed and it ends with `RunHung(why)`. Returns at once."""
@@ -371,20 +372,14 @@ class RunHandle:
         """Whether Ray Train has registered the run's workers with the autoscaling coordinator
         (`RunControl.started`); once True, the answer is kept without asking again."""
         if not self._registered and not self.done():
-            try:
-                self._registered = bool(ray.get(self.control.started.remote(), timeout=10))
-            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
-                return False
+            self._registered = bool(self._ask("started", False))
         return self._registered
 
     def progress(self) -> dict[str, Any] | None:
         """The latest step's metrics, or None before the first step."""
         if self.done():
             return self._result.history[-1] if self._result and self._result.history else None
-        try:
-            latest: dict[str, Any] | None = ray.get(self.control.latest.remote(), timeout=10)
-        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
-            return None
+        latest: dict[str, Any] | None = self._ask("latest", None)
         return latest
 
     def history(self) -> list[dict[str, Any]]:

@@ -495,26 +495,28 @@ class _RayHooks(LoopHooks):
             ray.train.report(_scalars(row), checkpoint=ray.train.Checkpoint.from_directory(tmp),
                              checkpoint_dir_name=name)
 
+    def _send_buffered(self, timeout: float | None = None) -> None:
+        import ray
+
+        if self.buffered:
+            ray.get(self.cfg.control.heartbeat.remote(self.buffered), timeout=timeout)
+
     def finish(self) -> None:
         import ray
 
         if self.pending is not None:
             ray.get(self.pending)
-        if self.buffered:
-            ray.get(self.cfg.control.heartbeat.remote(self.buffered))
+        self._send_buffered()
 
     def failed(self) -> None:
         """The rows not sent yet reach the control actor, so a failed job keeps its curve up to
         the step that raised (measured: a loss that went NaN at step 30 left none of its 29 steps,
         which were still buffered). Bounded, and its own errors are dropped: the run ends with
         the loop's error, not this one's."""
-        import ray
-
-        if self.buffered:
-            try:
-                ray.get(self.cfg.control.heartbeat.remote(self.buffered), timeout=10)
-            except Exception as e:  # the control actor gone or slow: only the curve is lost
-                log.warning("rank 0 could not send its last %d metrics rows: %s", len(self.buffered), e)
+        try:
+            self._send_buffered(timeout=10)
+        except Exception as e:  # the control actor gone or slow: only the curve is lost
+            log.warning("rank 0 could not send its last %d metrics rows: %s", len(self.buffered), e)
 
 
 def _checkpoint_name(step: int, compute: int) -> str:
