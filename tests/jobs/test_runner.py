@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from typing import Any
 
@@ -192,3 +193,36 @@ def test_storage_that_cannot_hold_checkpoints_is_one_line(tmp_path: Any, monkeyp
         with pytest.raises(StorageError, match=rf"^\$TIDAL_STORAGE {bad} cannot hold checkpoints "
                                                r"\((not a directory|.+)\): it must be a writable directory"):
             check_storage()
+
+
+def test_a_resume_point_is_a_complete_checkpoint_with_steps_left(tmp_path: Any) -> None:
+    """No cluster: `resume_point` is where a job with `JobSpec.resume_from` starts, or one line
+    naming the field and what is wrong with the directory."""
+    import torch
+
+    from tidal.jobs.checkpoint import STATE_FILE, TrainState
+    from tidal.jobs.runner import resume_point
+
+    spec = tiny_gpt_spec(total_steps=60)
+    assert resume_point(spec) is None
+    ckpt = tmp_path / "j-r0" / "step_00000040"
+    TrainState(step=40, seed=0, adam_step=40, params={"w": torch.ones(3)},
+               meta={"compute_steps": 44}).save(ckpt)
+    assert resume_point(dataclasses.replace(spec, resume_from=ckpt)) == (str(ckpt), 40)  # a Path is fine
+    relative = dataclasses.replace(spec, resume_from=os.path.relpath(ckpt))
+    assert resume_point(relative) == (str(ckpt), 40)  # made absolute where it is read
+    for steps, ok in ((44, False), (45, True)):  # an AutoLRS job's probe steps count too
+        done = dataclasses.replace(spec, total_steps=steps, resume_from=str(ckpt))
+        if ok:
+            assert resume_point(done) == (str(ckpt), 40)
+        else:
+            with pytest.raises(SpecError, match=r"is at step 44: total_steps \(44\) leaves nothing to train"):
+                resume_point(done)
+    bad = {tmp_path / "missing": "is not a directory",
+           tmp_path: "is not a complete Tidal checkpoint: .* does not exist"}
+    with open(ckpt / STATE_FILE, "ab") as f:  # a state file longer than its meta says
+        f.write(b"x")
+    bad[ckpt] = "is not a complete Tidal checkpoint: .* half-written"
+    for path, says in bad.items():
+        with pytest.raises(SpecError, match=rf"^JobSpec.resume_from: {path} {says}"):
+            resume_point(dataclasses.replace(spec, resume_from=str(path)))

@@ -117,6 +117,8 @@ def test_guarantee_needs_plan_and_request() -> None:
         ({"report_every": 0}, "JobSpec.report_every"),
         ({"keep_checkpoints": 0}, "JobSpec.keep_checkpoints"),
         ({"keep_checkpoints": 1.5}, "JobSpec.keep_checkpoints"),
+        ({"resume_from": ""}, "JobSpec.resume_from"),
+        ({"resume_from": 40}, "JobSpec.resume_from"),
         ({"lr": -1.0}, "JobSpec.lr"),
         ({"precision": "fp8"}, "JobSpec.precision"),
         ({"requested_gpus": 9}, "JobSpec.requested_gpus"),

@@ -173,6 +173,15 @@ def test_start_refuses_a_bad_serving_flag_before_joining_ray(tmp_path: Path, fla
         main(["start", *flags])
 
 
+def test_resume_refuses_a_spec_file_it_cannot_load_before_joining_ray(tmp_path: Path) -> None:
+    """`tidal resume JOB FILE.py`: FILE.py is loaded (one line if it cannot be) before any Ray
+    call (no cluster here), as `submit` loads its own."""
+    (tmp_path / "broken.py").write_text("spec = 1 / 0\n")
+    for name, says in (("nope.py", "no such file"), ("broken.py", "ZeroDivisionError: division by zero")):
+        with pytest.raises(SystemExit, match=rf"^tidal: {tmp_path / name}: {says}$"):
+            main(["resume", "gpt-1a2b3c", str(tmp_path / name)])
+
+
 def _tiny_checkpoint(d: Path, meta: bool = False, **shape: int) -> None:
     """A Tidal checkpoint of a TinyGPT; with `meta`, its meta records the shape (as every run's
     does since 2026-11-29: `tidal.jobs.checkpoint.model_config`), without it, as older ones."""

@@ -14,7 +14,7 @@ from ray.exceptions import ActorDiedError
 from tidal.jobs.checkpoint import META_FILE, METRICS_FILE, STATE_FILE
 from tidal.jobs.runner import RunHung
 from tidal.jobs.worker import NonFiniteLoss
-from tidal.platform.executor import infrastructure_failure, prune_runs, run_checkpoints
+from tidal.platform.executor import checkpoint_owner, infrastructure_failure, prune_runs, run_checkpoints
 
 
 class TrainingFailedError(RuntimeError):
@@ -95,3 +95,13 @@ def test_pruning_removes_only_the_jobs_earlier_runs(tmp_path: Path, monkeypatch:
     assert prune_runs(job, f"{job}-r3", str(tmp_path / f"{job}-r3" / "step_00000080")) == [f"{job}-r1"]
     # a FAILED job whose latest run has checkpoints but whose record has none keeps that run
     assert prune_runs(job, f"{job}-r3", None) == [] and (tmp_path / f"{job}-r3").is_dir()
+
+
+def test_a_checkpoints_owner_is_the_job_whose_run_wrote_it(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TIDAL_STORAGE", str(tmp_path / "runs"))
+    ckpt = _checkpoint(tmp_path / "runs" / "gpt-r2-1a2b3c-r11", 40, range(1, 41))
+    assert checkpoint_owner(str(ckpt)) == "gpt-r2-1a2b3c"  # the last -r<k> numbers the run
+    assert checkpoint_owner(str(tmp_path / "runs" / "profile-gpt-dp1" / "step_1")) is None
+    assert checkpoint_owner(str(tmp_path / "runs")) is None
+    assert checkpoint_owner(str(_checkpoint(tmp_path / "elsewhere" / "gpt-r0", 1, range(1, 2)))) is None

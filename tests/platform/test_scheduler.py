@@ -8,9 +8,11 @@ loss curves equal to uninterrupted runs; every run's workers ran on the nodes it
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
+import re
 import time
 import uuid
 from pathlib import Path
@@ -21,12 +23,20 @@ import ray
 
 from tests.conftest import tiny_gpt_spec
 from tests.platform.conftest import wait as _wait
+from tests.platform.test_faults import assert_same_curve
 from tidal.jobs import Plan, SpecError
 from tidal.jobs.checkpoint import META_FILE
 from tidal.jobs.runner import Resources, launch
 from tidal.platform import sdk
-from tidal.platform.scheduler import NAMESPACE, SCHEDULER_NAME, SchedulerConfig, _error_text, compute_steps
-from tidal.platform.store import JobRecord, JobState
+from tidal.platform.scheduler import (
+    NAMESPACE,
+    SCHEDULER_NAME,
+    SchedulerConfig,
+    _error_text,
+    compute_steps,
+    resume_source,
+)
+from tidal.platform.store import JobRecord, JobState, Store
 
 integration = pytest.mark.integration
 
@@ -165,6 +175,46 @@ def test_reject_fail_and_cancel(scheduler: Any) -> None:
     ok.cancel()
     assert ok.wait(timeout=200, poll_s=1)["state"] == "CANCELLED"
     _wait(lambda: ray.available_resources().get("GPU", 0) == 4, "the cancelled job's GPUs to be freed", 120)
+
+
+@integration
+def test_a_failed_job_resumes_as_a_new_job_from_its_newest_checkpoint(scheduler: Any) -> None:
+    """`tidal resume`: a job FAILED by its loss is submitted again with the loss fixed, from its
+    newest complete checkpoint; the two jobs' curve is one uninterrupted run's."""
+    spec = tiny_gpt_spec(name="resumed", total_steps=100, checkpoint_every=10, max_gpus=2)
+    failed = sdk.submit(dataclasses.replace(spec, loss=FailAfter(40)))
+    assert failed.wait(timeout=400, poll_s=1)["state"] == "FAILED"
+    with pytest.raises(KeyError, match="no job 'nope'"):
+        sdk.resume("nope")
+    with pytest.raises(SpecError, match=r"JobSpec.resume_from: .*/resumed-\w+-r0/step_\d+ is at step \d+: "
+                                        r"total_steps \(10\) leaves nothing to train"):
+        sdk.resume(failed.job_id, dataclasses.replace(spec, total_steps=10))
+    again = sdk.resume(failed.job_id, spec)
+    first = ray.get(scheduler.job_events.remote(again.job_id))[0]["note"]
+    step = int(re.search(r"resumes from step (\d+) of (\S+)$", first)[1])  # type: ignore[index]
+    assert step >= 10 and first.endswith(f"of {failed.job_id}"), first
+    with pytest.raises(ValueError, match=rf"job {again.job_id} is (PROFILING|QUEUED|RUNNING): only a job "
+                                         r"that has ended can be resumed"):
+        sdk.resume(again.job_id)
+    final = again.wait(timeout=400, poll_s=1)
+    assert final["state"] == "SUCCEEDED" and final["step"] == 100, final
+    assert_same_curve(spec, again.logs())  # steps 1..step the failed job's, the rest its own
+
+
+def test_a_live_jobs_checkpoint_is_no_resume_point(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No cluster: its run keeps only its newest checkpoints, so a job cannot start from another
+    job's while that one goes on; from an ended job's, or one outside Tidal's runs, it can."""
+    monkeypatch.setenv("TIDAL_STORAGE", str(tmp_path / "runs"))
+    store = Store(tmp_path / "tidal.sqlite")
+    store.add(JobRecord(job_id="gpt-aaaaaa", name="gpt", spec=b"", state=JobState.QUEUED))
+    store.add(JobRecord(job_id="gpt-bbbbbb", name="gpt", spec=b"", state=JobState.FAILED))
+    runs = tmp_path / "runs"
+    with pytest.raises(SpecError, match=r"^JobSpec.resume_from: .*/gpt-aaaaaa-r1/step_00000040 is job "
+                                        r"gpt-aaaaaa's, which is QUEUED: resume from it once it has ended$"):
+        resume_source(store, str(runs / "gpt-aaaaaa-r1" / "step_00000040"))
+    assert resume_source(store, str(runs / "gpt-bbbbbb-r0" / "step_00000040")) == "gpt-bbbbbb"
+    assert resume_source(store, str(runs / "gone-cccccc-r0" / "step_00000040")) is None  # not in the store
+    assert resume_source(store, str(tmp_path / "mine" / "step_00000040")) is None
 
 
 class WorkerGroupError(RuntimeError):

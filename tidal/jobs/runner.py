@@ -414,6 +414,32 @@ def checkpoint_done(spec: JobSpec, checkpoint: str | None) -> bool:
     return checkpoint is not None and _checkpoint_progress(checkpoint)[1] >= spec.total_steps
 
 
+def resume_point(spec: JobSpec) -> tuple[str, int] | None:
+    """Where a job with `JobSpec.resume_from` starts: the checkpoint's absolute path and its data
+    position; None for a job without one. A SpecError naming `JobSpec.resume_from` when it is not
+    a directory, not a Tidal checkpoint, half-written (`read_complete_meta`), or already holds
+    the whole job (`checkpoint_done`). Read where the runs will read it (the scheduler actor):
+    the storage of a cluster need not be mounted where the job was written."""
+    if spec.resume_from is None:
+        return None
+    from tidal.jobs.checkpoint import FORMAT, CheckpointError, read_complete_meta
+
+    path = Path(spec.resume_from).expanduser().resolve()
+    if not path.is_dir():
+        raise SpecError("JobSpec.resume_from", f"{path} is not a directory")
+    try:
+        meta = read_complete_meta(path)
+        if meta.get("format") != FORMAT:
+            raise ValueError(f"its format is {meta.get('format')!r}, not {FORMAT!r}")
+        step, compute = int(meta["step"]), int(meta.get("compute_steps", meta["step"]))
+    except (CheckpointError, OSError, ValueError, KeyError, TypeError) as e:
+        raise SpecError("JobSpec.resume_from", f"{path} is not a complete Tidal checkpoint: {e}") from None
+    if compute >= spec.total_steps:
+        raise SpecError("JobSpec.resume_from", f"{path} is at step {compute}: total_steps "
+                                               f"({spec.total_steps}) leaves nothing to train")
+    return str(path), step
+
+
 def _controller_handle(control: Any) -> Any:
     """A Ray Train controller callback that hands the controller's actor handle to the run's
     `RunControl` as the controller starts (Train V2 has no public handle to a run's controller;

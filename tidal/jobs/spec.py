@@ -12,6 +12,7 @@ Everything is validated when it is built, before any work starts: a bad spec rai
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -213,6 +214,12 @@ class JobSpec:
     lr:       a float (constant), an `LRSchedule`, or "autolrs" / `AutoLRS(...)`: the LR is
               tuned stage by stage inside the job (`tidal.jobs.autolrs`); its probe steps
               count against `total_steps`, the job's budget of optimizer steps.
+    resume_from: None (from step 0), or a Tidal checkpoint directory (a `step_*` directory
+              under `$TIDAL_STORAGE` that an earlier job wrote) to start from: its weights,
+              Adam moments, step (the data position) and in-job tuner state, under this spec's
+              plan space, LR and `total_steps`. `tidal resume JOB` submits an ended job again
+              from its newest complete checkpoint this way. The scheduler checks it when the
+              job is submitted (`tidal.jobs.runner.resume_point`).
     """
 
     name: str
@@ -237,6 +244,7 @@ class JobSpec:
     keep_checkpoints: int | None = 2
     report_every: int | None = None
     eval_dataset: Callable[[], Any] | None = None
+    resume_from: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
@@ -252,6 +260,11 @@ class JobSpec:
                 raise SpecError(f"JobSpec.{name}", f"must be callable, got {type(value).__name__}")
         if self.eval_dataset is not None and not callable(self.eval_dataset):
             raise SpecError("JobSpec.eval_dataset", "must be callable or None")
+        if isinstance(self.resume_from, os.PathLike):
+            object.__setattr__(self, "resume_from", os.fspath(self.resume_from))
+        if self.resume_from is not None and not (isinstance(self.resume_from, str) and self.resume_from):
+            raise SpecError("JobSpec.resume_from",
+                            f"must be a checkpoint directory (a path) or None, got {self.resume_from!r}")
         counts = ("global_batch", "total_steps", "min_gpus", "max_gpus", "checkpoint_every")
         optional = tuple(n for n in ("report_every", "keep_checkpoints") if getattr(self, n) is not None)
         for name in counts + optional:

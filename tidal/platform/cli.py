@@ -6,8 +6,10 @@
     tidal start [--serve-checkpoint P] the control plane on this Ray cluster (cluster.yaml runs it)
     tidal events JOB                   the job's state changes, with why
     tidal cancel JOB                   in any state that has not ended (PROFILING included)
+    tidal resume JOB [FILE.py]         an ended job again, as a new job, from its newest
+                                       checkpoint (FILE.py's JobSpec instead of its own; --wait)
 
-`submit`, `status` and `cancel` join the Ray cluster this machine runs (`ray start`, or
+`submit`, `status`, `cancel` and `resume` join the Ray cluster this machine runs (`ray start`, or
 RAY_ADDRESS; Ray 2.60's CLI-side token auth needs RAY_AUTH_MODE=token) and start the detached
 `tidal-scheduler` actor if it is not there yet.
 
@@ -143,11 +145,14 @@ def cmd_submit(args: argparse.Namespace) -> int:
     with _one_line_errors():
         handle = sdk.submit(spec)
     print(f"submitted {handle.job_id}", flush=True)
-    if args.wait:
-        st = follow(handle)
-        print(f"{handle.job_id} {st['state']}" + (f": {st['error']}" if st["error"] else ""))
-        return 0 if st["state"] == "SUCCEEDED" else 1
-    return 0
+    return _wait(handle) if args.wait else 0
+
+
+def _wait(handle: Any) -> int:
+    """Follow a job to its end (`--wait`): 0 if it SUCCEEDED."""
+    st = follow(handle)
+    print(f"{handle.job_id} {st['state']}" + (f": {st['error']}" if st["error"] else ""))
+    return 0 if st["state"] == "SUCCEEDED" else 1
 
 
 def progress_line(st: dict[str, Any]) -> str:
@@ -348,6 +353,17 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_resume(args: argparse.Namespace) -> int:
+    from tidal.platform import sdk
+
+    spec = load_spec(args.file) if args.file is not None else None
+    _join(log_to_driver=False)
+    with _one_line_errors():
+        handle = sdk.resume(args.job, spec)
+    print(f"submitted {handle.job_id}: {args.job} resumed from its newest checkpoint", flush=True)
+    return _wait(handle) if args.wait else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="tidal", description="Tidal: reconfigurable training on Ray")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -388,6 +404,12 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("cancel", help="cancel a job (it checkpoints and frees its GPUs)")
     c.add_argument("job")
     c.set_defaults(func=cmd_cancel)
+    rs = sub.add_parser("resume", help="submit an ended job again from its newest checkpoint")
+    rs.add_argument("job")
+    rs.add_argument("file", type=Path, nargs="?", default=None,
+                    help="a Python file whose JobSpec replaces the job's own (e.g. a lower lr)")
+    rs.add_argument("--wait", action="store_true", help="wait until the new job ends")
+    rs.set_defaults(func=cmd_resume)
     args = ap.parse_args(argv)
     if args.command == "plan" and not 1 <= args.samples <= 8:
         ap.error("--samples must be between 1 and 8")

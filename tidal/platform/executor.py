@@ -99,6 +99,17 @@ def prune_runs(job_id: str, run_id: str | None, checkpoint: str | None) -> list[
     return sorted(removed)
 
 
+def checkpoint_owner(checkpoint: str) -> str | None:
+    """The job whose run wrote `checkpoint`: `<job_id>` for a checkpoint under
+    `storage_root()/<job_id>-r<k>/` (the layout `prune_runs` keeps); None for one elsewhere."""
+    try:
+        rel = Path(checkpoint).resolve().relative_to(storage_root().resolve())
+    except ValueError:
+        return None
+    m = re.fullmatch(r"(.+)-r\d+", rel.parts[0]) if rel.parts else None
+    return m[1] if m else None
+
+
 @dataclass(frozen=True, kw_only=True)
 class Ended:
     """A run that ended: its result, or the error it ended with and what it reported before."""

@@ -44,7 +44,7 @@ import time
 import uuid
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -57,14 +57,20 @@ from tidal.core.correction import Correction, CorrectionConfig, corrected, obser
 from tidal.core.fields import require_int, require_number
 from tidal.core.policy import Allocation, Decision, JobView, Node, Option, PolicyConfig, Snapshot, predicted
 from tidal.core.restarts import RestartCost
-from tidal.jobs.checkpoint import CheckpointError, read_meta
-from tidal.jobs.runner import check_storage, checkpoint_done
+from tidal.jobs.checkpoint import CheckpointError, read_meta, read_metrics
+from tidal.jobs.runner import check_storage, checkpoint_done, resume_point
 from tidal.jobs.spec import JobSpec, Plan, SpecError
 from tidal.planner.jobplan import Cluster, ProfileConfig, check_fits
 from tidal.platform import admission
 from tidal.platform.admission import Admission, Stage
 from tidal.platform.capacity import TRAINING_SELECTOR, Held, build_nodes, launchable_gpus, pool_of
-from tidal.platform.executor import Executor, infrastructure_failure, prune_runs, run_checkpoints
+from tidal.platform.executor import (
+    Executor,
+    checkpoint_owner,
+    infrastructure_failure,
+    prune_runs,
+    run_checkpoints,
+)
 from tidal.platform.metrics import Metrics
 from tidal.platform.reservations import Reservation, reserve, without
 from tidal.platform.store import JobRecord, JobState, Store, state_dir
@@ -207,23 +213,46 @@ class Scheduler:
         from ray import cloudpickle
 
         check_storage()  # StorageError naming it: nothing stored, nothing launched
+        start = resume_point(spec)  # SpecError naming JobSpec.resume_from, likewise
+        source = resume_source(self.store, start[0]) if start else None
         cluster = self._cluster()
         job_id = f"{spec.name}-{uuid.uuid4().hex[:6]}"
+        begin: dict[str, Any] = dict(checkpoint=start[0], step=start[1]) if start else {}
         if options is None:
             check_fits(spec, cluster)  # SpecError naming the field: nothing stored, nothing reserved
-            rec = JobRecord(job_id=job_id, name=spec.name, spec=cloudpickle.dumps(spec))
+            rec = JobRecord(job_id=job_id, name=spec.name, spec=cloudpickle.dumps(spec), **begin)
             note = "submitted; admission profiles it off the scheduler"
         else:
             opts, guarantee = self._check_options(spec, tuple(options), cluster)
             rec = JobRecord(job_id=job_id, name=spec.name, spec=cloudpickle.dumps(spec),
-                            state=JobState.QUEUED, options=opts, guarantee=guarantee)
+                            state=JobState.QUEUED, options=opts, guarantee=guarantee, **begin)
             note = f"submitted with {len(opts)} options, {opts[0].gpus}-{opts[-1].gpus} GPUs"
+        if start:
+            note += f"; resumes from step {start[1]} of {source or start[0]}"
         with self.lock:
             self.store.add(rec, note)
             self.specs[job_id] = spec
+            if start:  # its curve so far: the source job's, and what the checkpoint carries
+                curve = [*(self._curve(source) if source else []), *read_metrics(start[0])]
+                self._save_curve(job_id, [m for m in curve if int(m["step"]) <= start[1]])
         self._event(f"{job_id} {note}")
         self._wake.set()
         return job_id
+
+    def resume(self, job_id: str, spec: JobSpec | None = None) -> str:
+        """Submit ended job `job_id` again, as a new job, from its newest complete checkpoint
+        (`JobSpec.resume_from`), with its own spec or `spec` (a lower LR after a non-finite loss,
+        more `total_steps`): a job FAILED by its error or by `max_infra_restarts`, a CANCELLED
+        one, a SUCCEEDED one given more steps. The new job's id; a ValueError naming why not."""
+        r = self.store.get(job_id)
+        if not r.state.terminal:
+            raise ValueError(f"job {job_id} is {r.state.value}: only a job that has ended can be resumed")
+        newest, step, _ = run_checkpoints(r.run_id)  # what its latest run left; else where it began
+        if r.checkpoint is not None and (newest is None or _step_of(r.checkpoint) > step):
+            newest = r.checkpoint
+        if newest is None:
+            raise ValueError(f"job {job_id} ({r.state.value}) left no checkpoint to resume from")
+        return self.submit(replace(spec or self._spec(r), resume_from=newest))
 
     def status(self, job_id: str | None = None) -> list[dict[str, Any]]:
         recs = [self.store.get(job_id)] if job_id else self.store.all()
@@ -936,6 +965,29 @@ def _error_text(e: Exception) -> tuple[str, str]:
     else:
         note = lines[0]
     return text[-4000:], note[:160]
+
+
+def resume_source(store: Store, checkpoint: str) -> str | None:
+    """The job that wrote `checkpoint` (`executor.checkpoint_owner`), if `store` knows it; a
+    SpecError naming `JobSpec.resume_from` if that job has not ended: its run keeps only its
+    newest checkpoints and the scheduler removes its earlier runs, so the checkpoint may go."""
+    owner = checkpoint_owner(checkpoint)
+    try:
+        r = store.get(owner) if owner else None
+    except KeyError:
+        return None
+    if r is not None and not r.state.terminal:
+        raise SpecError("JobSpec.resume_from", f"{checkpoint} is job {owner}'s, which is "
+                                               f"{r.state.value}: resume from it once it has ended")
+    return owner
+
+
+def _step_of(checkpoint: str) -> int:
+    """A checkpoint's data position (-1 if it cannot be read)."""
+    try:
+        return int(read_meta(checkpoint)["step"])
+    except (OSError, ValueError, KeyError, CheckpointError):
+        return -1
 
 
 def compute_steps(r: JobRecord, progress: dict[str, Any] | None,

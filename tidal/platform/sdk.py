@@ -1,4 +1,4 @@
-"""The Python SDK: `submit(spec) -> JobHandle`, `list_jobs()`, `connect()`.
+"""The Python SDK: `submit(spec) -> JobHandle`, `resume(job_id)`, `list_jobs()`, `connect()`.
 
 `connect()` joins the Ray cluster (`RAY_ADDRESS`, or the one this process already joined) and
 gets — or starts — the detached scheduler actor `tidal-scheduler` in namespace `tidal`. The
@@ -134,6 +134,19 @@ def submit(spec: JobSpec, *, config: SchedulerConfig | None = None,
     with scheduler_started():
         job_id: str = ray.get(scheduler.submit.remote(spec, options))
     return JobHandle(job_id, scheduler)
+
+
+def resume(job_id: str, spec: JobSpec | None = None) -> JobHandle:
+    """Submit ended job `job_id` again from its newest complete checkpoint, as a new job, with
+    its own spec or `spec` (dry-run here first, like `submit`'s): `Scheduler.resume`."""
+    from tidal.jobs.dryrun import dry_run
+
+    if spec is not None:
+        dry_run(spec)
+    scheduler = connect()
+    with scheduler_started():
+        new_id: str = ray.get(scheduler.resume.remote(job_id, spec))
+    return JobHandle(new_id, scheduler)
 
 
 def list_jobs() -> list[dict[str, Any]]:
