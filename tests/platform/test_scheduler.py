@@ -119,6 +119,8 @@ def test_two_jobs_reconfiguration_and_scheduler_restart(scheduler: Any) -> None:
         assert [d.name for d in storage.glob(f"{final['job_id']}-r*")] == [last.name]
         kept = sorted(d.name for d in last.glob("step_*"))
         assert 1 <= len(kept) <= 2 and Path(final["checkpoint"]).name == kept[-1], kept
+    for spec in (spec_a, spec_b):  # their profiles (a Ray Train run each, from 2 workers) leave nothing
+        assert not [d.name for d in storage.glob(f"profile-{spec.name}-*")]
 
 
 class FailAfter:
@@ -183,7 +185,9 @@ def test_a_failed_job_resumes_as_a_new_job_from_its_newest_checkpoint(scheduler:
     newest complete checkpoint; the two jobs' curve is one uninterrupted run's."""
     spec = tiny_gpt_spec(name="resumed", total_steps=100, checkpoint_every=10, max_gpus=2)
     failed = sdk.submit(dataclasses.replace(spec, loss=FailAfter(40)))
-    assert failed.wait(timeout=400, poll_s=1)["state"] == "FAILED"
+    st = failed.wait(timeout=400, poll_s=1)
+    assert st["state"] == "FAILED", st  # its record points at the newest checkpoint its run left
+    assert st["step"] >= 10 and st["checkpoint"].endswith(f"/{failed.job_id}-r0/step_{st['step']:08d}"), st
     with pytest.raises(KeyError, match="no job 'nope'"):
         sdk.resume("nope")
     with pytest.raises(SpecError, match=r"JobSpec.resume_from: .*/resumed-\w+-r0/step_\d+ is at step \d+: "
@@ -192,7 +196,7 @@ def test_a_failed_job_resumes_as_a_new_job_from_its_newest_checkpoint(scheduler:
     again = sdk.resume(failed.job_id, spec)
     first = ray.get(scheduler.job_events.remote(again.job_id))[0]["note"]
     step = int(re.search(r"resumes from step (\d+) of (\S+)$", first)[1])  # type: ignore[index]
-    assert step >= 10 and first.endswith(f"of {failed.job_id}"), first
+    assert step == st["step"] and first.endswith(f"of {failed.job_id}"), first
     with pytest.raises(ValueError, match=rf"job {again.job_id} is (PROFILING|QUEUED|RUNNING): only a job "
                                          r"that has ended can be resumed"):
         sdk.resume(again.job_id)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import resource
+import shutil
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -220,22 +221,25 @@ def profile_plan(spec: JobSpec, plan: Plan, *, gpus_per_worker: float = 1.0, ste
             opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(pin[0], soft=False)
         task = ray.remote(max_calls=1)(_single).options(**opts)
         return ProfileRecord.from_json(ray.get(task.remote(spec, plan, steps, warmup, use_cuda)))
-    from tidal.jobs.runner import Resources, make_trainer
+    from tidal.jobs.runner import Resources, make_trainer, storage_root
 
+    name = f"profile-{spec.name}-{plan.short()}-{time.time_ns()}"
     trainer = make_trainer(
         _multi_loop,
         {"spec": spec, "plan": plan, "steps": steps, "warmup": warmup, "use_cuda": use_cuda},
         Resources(num_workers=plan.dp, gpus_per_worker=gpus_per_worker,
                   cpus_per_worker=PROFILE_CPUS_PER_WORKER, node_ids=pin),
-        use_cuda=use_cuda, name=f"profile-{spec.name}-{plan.short()}-{time.time_ns()}",
+        use_cuda=use_cuda, name=name,
     )
     try:
         result = trainer.fit()
+        assert result.checkpoint is not None
+        with result.checkpoint.as_directory() as d:
+            return ProfileRecord.from_json(json.loads(Path(d, "record.json").read_text()))
     except Exception as e:  # a failed profile is a row with its reason, not a crash
         return ProfileRecord(plan=plan, status=f"error: {type(e).__name__}: {e}"[:300])
-    assert result.checkpoint is not None
-    with result.checkpoint.as_directory() as d:
-        return ProfileRecord.from_json(json.loads(Path(d, "record.json").read_text()))
+    finally:  # the record was all its run kept: every profile used to leave its directory behind
+        shutil.rmtree(storage_root() / name, ignore_errors=True)
 
 
 def meta_model(spec: JobSpec) -> Any:

@@ -742,14 +742,18 @@ class Scheduler:
         loss) fails it alone. A job whose cancel was asked for is CANCELLED either way.
 
         `history` is what the run reported up to its error. A job that ends here keeps it as its
-        curve (`history()`: the loss up to the step that raised); a requeued one keeps only the
-        steps up to its checkpoint, since the next run computes the later ones again."""
+        curve (`history()`: the loss up to the step that raised), and its record the newest
+        complete checkpoint its run left, with that step (what `tidal resume` starts from); a
+        requeued one keeps only the steps up to its checkpoint, since the next run computes the
+        later ones again."""
         jid = rec.job_id
         error, first = _error_text(e)
+        newest, at, _ = run_checkpoints(rec.run_id)  # where an ended job stands (`tidal resume`)
+        ended: dict[str, Any] = {"checkpoint": newest, "step": at} if newest is not None else {}
         if rec.cancel_requested:
             self._save_curve(jid, history)
             self.store.transition(jid, JobState.CANCELLED, f"cancelled; its run ended with {first}",
-                                  allocation=None, finished=time.time())
+                                  allocation=None, finished=time.time(), **ended)
             return
         if infrastructure_failure(e):
             ckpt, step, metrics = run_checkpoints(rec.run_id)
@@ -761,7 +765,8 @@ class Scheduler:
                              requeue=rec.restarts < self.cfg.max_infra_restarts):
                 return
         self._save_curve(jid, history)
-        self.store.transition(jid, JobState.FAILED, first, error=error, allocation=None, finished=time.time())
+        self.store.transition(jid, JobState.FAILED, first, error=error, allocation=None, finished=time.time(),
+                              **ended)
         self._event(f"{jid} FAILED: {first}")
 
     def _requeue(self, r: JobRecord, ckpt: str | None, step: int, why: str, *, requeue: bool = True) -> bool:
