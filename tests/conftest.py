@@ -30,6 +30,9 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from ray.cluster_utils import Cluster
 
     os.environ["TIDAL_STORAGE"] = str(tmp_path_factory.mktemp("tidal-runs"))
+    # profiles are cached per workload (`tidal.planner.profiler.workload_key`): a session starts
+    # with none, so a test that needs a job profiled gives it a workload no test before it had
+    os.environ["TIDAL_PROFILE_CACHE"] = str(tmp_path_factory.mktemp("tidal-profiles"))
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "num_gpus": 2,
                                                             "labels": {"tidal.io/pool": "training"}})
     cluster.add_node(num_cpus=2, num_gpus=2, labels={"tidal.io/pool": "training"})

@@ -39,6 +39,33 @@ def test_profile_fit_and_rank(ray_cluster: Any, tmp_path: Path) -> None:
     assert ranked[0].samples_per_s >= ranked[-1].samples_per_s
 
 
+def test_a_sweeps_jobs_share_their_profiles_and_other_workloads_do_not(tmp_path: Path) -> None:
+    """No cluster: the cache key is the workload (model, sample shapes, loss, batch, precision),
+    not the job's name, LR, seed or GPU range."""
+    import dataclasses
+    from functools import partial
+
+    from tidal.jobs.data import shakespeare_train
+    from tidal.planner.profiler import _cache_paths
+
+    plans = [Plan(dp=1, micro_batch=8), Plan(dp=2, zero_stage=2, micro_batch=4)]
+    base = tiny_gpt_spec()
+
+    def key(spec: Any) -> list[Path]:
+        return _cache_paths(spec, plans, "cpu", 3, tmp_path)
+
+    assert len(set(key(base))) == 2  # one per plan
+    for same in (dataclasses.replace(base, name="sweep-7", lr=1e-2, seed=3),
+                 dataclasses.replace(base, total_steps=999, max_gpus=4, checkpoint_every=7)):
+        assert key(same) == key(base)
+    others = [tiny_gpt_spec(d_model=128), tiny_gpt_spec(global_batch=16),
+              dataclasses.replace(base, precision="bf16"),
+              dataclasses.replace(base, dataset=partial(shakespeare_train, 16)),  # short samples
+              dataclasses.replace(base, loss=lambda model, batch: base.loss(model, batch))]
+    assert key(base) == key(base) and len({key(o)[0] for o in [base, *others]}) == 1 + len(others)
+    assert key(base)[0] != _cache_paths(base, plans, "cuda:NVIDIA H100", 3, tmp_path)[0]
+
+
 def test_sample_plans_cover_families_within_budget() -> None:
     spec = tiny_gpt_spec(global_batch=16, max_gpus=2)
     plans = sample_plans(spec, 2, 6, gpus_per_node=2)

@@ -54,7 +54,7 @@ def main(state: Path, out: Path) -> None:
     run = sdk.JobHandle(ray.get(actor.submit.remote(tiny_gpt_spec(**RUN))), actor)
     wait(lambda: run.status()["state"] == "RUNNING" and run.status()["step"] >= 25, "R to train")
     prof = sdk.JobHandle(ray.get(actor.submit.remote(tiny_gpt_spec(
-        name=f"restart-p-{os.getpid()}", total_steps=30, max_gpus=1, seed=3))), actor)
+        name=f"restart-p-{os.getpid()}", total_steps=30, max_gpus=1, seed=3, d_model=56))), actor)
     stopped_at = run.status()["step"]
     assert prof.status()["state"] == "PROFILING"
     ray.shutdown()

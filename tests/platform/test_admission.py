@@ -31,10 +31,10 @@ def _admission_s(scheduler: Any, job_id: str) -> float:
 
 def test_submit_returns_at_once_and_submissions_profile_concurrently(scheduler_one_profile: Any) -> None:
     scheduler = scheduler_one_profile
-    tag = uuid.uuid4().hex[:6]  # names of their own: nothing is in the profile cache
+    tag = uuid.uuid4().hex[:6]
 
-    def spec(i: int) -> Any:
-        return tiny_gpt_spec(name=f"adm-{tag}-{i}", total_steps=20, max_gpus=1, seed=i)
+    def spec(i: int) -> Any:  # workloads of their own (widths 100-128): none is in the profile cache
+        return tiny_gpt_spec(name=f"adm-{tag}-{i}", total_steps=20, max_gpus=1, seed=i, d_model=100 + 4 * i)
 
     t = time.time()
     one = sdk.JobHandle(ray.get(scheduler.submit.remote(spec(0))), scheduler)

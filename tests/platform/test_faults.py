@@ -195,7 +195,7 @@ def test_a_stray_state_file_stops_the_scheduler_in_one_line(ray_cluster: Any, tm
 
 def test_scheduler_killed_while_a_job_profiles_and_while_one_stops(scheduler: Any) -> None:
     spec_a = tiny_gpt_spec(name=f"fault-a-{uuid.uuid4().hex[:6]}", total_steps=120, max_gpus=4,
-                           checkpoint_every=10)
+                           checkpoint_every=10, d_model=72)  # a workload of its own: profiled
     a = sdk.JobHandle(ray.get(scheduler.submit.remote(spec_a)), scheduler)
     wait(lambda: a.status()["state"] == "PROFILING" and bool(a.status()["nodes"]),
          "A's profiles to start", 60)

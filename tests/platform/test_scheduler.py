@@ -44,9 +44,10 @@ integration = pytest.mark.integration
 @integration
 def test_two_jobs_reconfiguration_and_scheduler_restart(scheduler: Any) -> None:
     spec_a = tiny_gpt_spec(name="job-a", total_steps=240, max_gpus=4, checkpoint_every=10)
-    # a name of its own: B is never in the profile cache, so it is profiled on the full cluster
+    # a workload of its own (width 80): B is never in the profile cache, so it is profiled on the
+    # full cluster
     spec_b = tiny_gpt_spec(name=f"job-b-{uuid.uuid4().hex[:6]}", total_steps=90, max_gpus=4,
-                           checkpoint_every=10, seed=1)
+                           checkpoint_every=10, seed=1, d_model=80)
     a = sdk.JobHandle(ray.get(scheduler.submit.remote(spec_a)), scheduler)
     _wait(lambda: a.status()["state"] == "RUNNING", "A to start")
     gpus_alone = a.status()["gpus"]

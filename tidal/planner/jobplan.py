@@ -5,7 +5,7 @@ runs it as a Ray task off the actor and queues the job with its resource matrix)
 
     check_fits(spec, cluster)            cheap, no model: GPU counts the job could ever get
     plans    = profile_plans(spec, ...)  ≤ cfg.samples plans on 1..min(N, cfg.max_profile_gpus)
-    records  = profile(spec, plans)      real DeepSpeed engines, cached per (job, model, plan, hw)
+    records  = profile(spec, plans)      real DeepSpeed engines, cached per (workload, plan, hw)
     fitted   = fit_job(spec, records)    performance + memory models
     require_feasible(...)                NoFeasiblePlan (a SpecError) naming the closest miss
     options  = [best_plan(spec, fitted, packed(n)) for each GPU count n]   Rubick's matrix

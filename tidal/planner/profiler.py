@@ -17,14 +17,16 @@ launch-bound model loses some CPU/GPU overlap, so its profiled step is a little 
 training's). Peak memory is
 `torch.cuda.max_memory_allocated()` on a GPU; on a CPU it is the worker's peak resident set
 (`ru_maxrss`) minus its resident set just before the engine was built, i.e. what the engine,
-its optimizer and training added. Results are cached per (job, model, plan, hardware) in
-`$TIDAL_CACHE/profiles` as JSON.
+its optimizer and training added. Results are cached per (workload, plan, hardware) in
+`profile_cache()` as JSON: a workload is the model, the shape of its samples, the loss,
+the global batch and the precision (`workload_key`), so the jobs of a sweep profile once.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import resource
 import shutil
 import time
@@ -36,9 +38,10 @@ from typing import Any
 from tidal.jobs.data import StepSampler, cache_dir
 from tidal.jobs.spec import JobSpec, Plan
 
-PROFILE_FORMAT = 5  # bump when what a record means changes: old cache entries are not reused
+PROFILE_FORMAT = 6  # bump when what a record means changes: old cache entries are not reused
 # (3: GPU parts timed with a device synchronize at every stamp; 4: ckpt_ratio; 5: plain plans'
-# optimizer step is torch's fused AdamW on the CPU too, `tidal.jobs.ds_config`)
+# optimizer step is torch's fused AdamW on the CPU too, `tidal.jobs.ds_config`; 6: keyed by the
+# workload, not the job's name)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -257,17 +260,54 @@ def meta_model(spec: JobSpec) -> Any:
 
 def _cache_paths(spec: JobSpec, plans: list[Plan], hardware: str, steps: int,
                  cache: Path | None) -> list[Path]:
-    """Each plan's cache file: a hash of (format, job, model class and shapes, global batch,
-    precision, plan, hardware, steps). The model is built once for all of them, on the meta device."""
-    model = meta_model(spec)
-    shapes = [tuple(p.shape) for p in model.parameters()]
-    root = (cache or cache_dir()) / "profiles"
+    """Each plan's cache file: a hash of (format, the workload (`workload_key`), plan, hardware,
+    steps). The model is built once for all of them, on the meta device."""
+    workload = workload_key(spec, meta_model(spec))
+    root = cache / "profiles" if cache else profile_cache()
     out = []
     for plan in plans:
-        raw = json.dumps([PROFILE_FORMAT, spec.name, type(model).__name__, shapes, spec.global_batch,
-                          spec.precision, plan.to_dict(), hardware, steps], sort_keys=True, default=str)
+        raw = json.dumps([PROFILE_FORMAT, workload, plan.to_dict(), hardware, steps], sort_keys=True,
+                         default=str)
         out.append(root / f"{hashlib.sha256(raw.encode()).hexdigest()[:24]}.json")
     return out
+
+
+def profile_cache() -> Path:
+    """Where profiles are kept: `$TIDAL_PROFILE_CACHE`, else `$TIDAL_CACHE/profiles`. On a cluster
+    of several nodes, a directory every node mounts lets one node's profile serve the others'
+    admissions (each node keeps its own otherwise)."""
+    env = os.environ.get("TIDAL_PROFILE_CACHE")
+    return Path(env) if env else cache_dir() / "profiles"
+
+
+def workload_key(spec: JobSpec, model: Any) -> list[Any]:
+    """What a profile measures besides its plan and hardware: the model (its class, its own
+    config, its parameters' shapes), one sample's tensor shapes and dtypes (a sequence length
+    lives in the data, not the weights), the loss, the global batch and the precision. Not the
+    job's name, seed or LR: the jobs of a sweep share their profiles. Keyed by the job's name
+    before, 16 jobs of one model submitted at once were each profiled, one after another (~15 s
+    each on 2 cores), before most of them ran."""
+    from tidal.jobs.checkpoint import model_config
+
+    kind = type(model)
+    fn = getattr(spec.loss, "func", spec.loss)  # a functools.partial: the function it calls
+    loss = f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', type(fn).__qualname__)}"
+    return [f"{kind.__module__}.{kind.__qualname__}", model_config(model),
+            [tuple(p.shape) for p in model.parameters()], _signature(spec.dataset()[0]), loss,
+            spec.global_batch, spec.precision]
+
+
+def _signature(item: Any) -> Any:
+    """A sample's structure with each tensor as its shape and dtype, each number as its type."""
+    import torch
+
+    if isinstance(item, torch.Tensor):
+        return [list(item.shape), str(item.dtype)]
+    if isinstance(item, dict):
+        return {str(k): _signature(v) for k, v in sorted(item.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(item, (list, tuple)):
+        return [_signature(v) for v in item]
+    return type(item).__name__
 
 
 def uncached(spec: JobSpec, plans: list[Plan], *, hardware: str = "cpu", steps: int = 3,
