@@ -64,6 +64,8 @@ def test_a_sweeps_jobs_share_their_profiles_and_other_workloads_do_not(tmp_path:
               dataclasses.replace(base, loss=lambda model, batch: base.loss(model, batch))]
     assert key(base) == key(base) and len({key(o)[0] for o in [base, *others]}) == 1 + len(others)
     assert key(base)[0] != _cache_paths(base, plans, "cuda:NVIDIA H100", 3, tmp_path)[0]
+    empty = dataclasses.replace(base, dataset=list)  # its profiles fail, saying why; its key is a key
+    assert len(key(empty)) == 2 and key(empty) != key(base)
 
 
 def test_sample_plans_cover_families_within_budget() -> None:

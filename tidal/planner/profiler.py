@@ -290,10 +290,14 @@ def workload_key(spec: JobSpec, model: Any) -> list[Any]:
     from tidal.jobs.checkpoint import model_config
 
     kind = type(model)
+    try:
+        sample = _signature(spec.dataset()[0])
+    except Exception as e:  # its profiles fail and say why (a failed profile is not cached)
+        sample = f"unreadable: {type(e).__name__}"
     fn = getattr(spec.loss, "func", spec.loss)  # a functools.partial: the function it calls
     loss = f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', type(fn).__qualname__)}"
     return [f"{kind.__module__}.{kind.__qualname__}", model_config(model),
-            [tuple(p.shape) for p in model.parameters()], _signature(spec.dataset()[0]), loss,
+            [tuple(p.shape) for p in model.parameters()], sample, loss,
             spec.global_batch, spec.precision]
 
 

@@ -87,7 +87,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from tidal.jobs.spec import SpecError, plans_for
     from tidal.planner.jobplan import Cluster, ProfileConfig, plan_job, profile_plans
     from tidal.planner.planner import packed, rank_plans
-    from tidal.planner.profiler import profile_needs, unschedulable
+    from tidal.planner.profiler import profile_cache, profile_needs, unschedulable
 
     out = args.write_config
     if out is not None and (out.is_dir() or not out.parent.is_dir()):  # before minutes of profiling
@@ -111,7 +111,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     why = unschedulable(plans, ray.cluster_resources())
     if why:  # only on a joined cluster (an autoscaling one may still grow to fit it)
         print(f"tidal: warning: {why}; the profile waits until the cluster has them", file=sys.stderr)
-    print(f"profiling {spec.name} ({len(plans)} plans, cached in $TIDAL_CACHE/profiles) ...")
+    print(f"profiling {spec.name} ({len(plans)} plans, cached in {profile_cache()}) ...")
     try:
         fitted = plan_job(spec, cluster, cfg, progress=True, require=False).fitted
     except SpecError as e:  # fits no shape, every profile failed

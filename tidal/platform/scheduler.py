@@ -748,7 +748,7 @@ class Scheduler:
         later ones again."""
         jid = rec.job_id
         error, first = _error_text(e)
-        newest, at, _ = run_checkpoints(rec.run_id)  # where an ended job stands (`tidal resume`)
+        newest, at, metrics = run_checkpoints(rec.run_id)  # what the run left, if anything
         ended: dict[str, Any] = {"checkpoint": newest, "step": at} if newest is not None else {}
         if rec.cancel_requested:
             self._save_curve(jid, history)
@@ -756,7 +756,7 @@ class Scheduler:
                                   allocation=None, finished=time.time(), **ended)
             return
         if infrastructure_failure(e):
-            ckpt, step, metrics = run_checkpoints(rec.run_id)
+            ckpt, step = newest, at
             self._save_curve(jid, metrics)
             if ckpt is None:  # nothing new: back to the checkpoint it started from
                 ckpt = rec.checkpoint
