@@ -404,7 +404,11 @@ def _checkpoint_progress(checkpoint: str) -> tuple[int, int]:
     probe steps count against the budget but do not advance the data."""
     from tidal.jobs.checkpoint import read_meta
 
-    meta = read_meta(checkpoint)
+    return _progress(read_meta(checkpoint))
+
+
+def _progress(meta: dict[str, Any]) -> tuple[int, int]:
+    """(data position, compute steps) of a checkpoint's meta."""
     return int(meta["step"]), int(meta.get("compute_steps", meta["step"]))
 
 
@@ -431,7 +435,7 @@ def resume_point(spec: JobSpec) -> tuple[str, int] | None:
         meta = read_complete_meta(path)
         if meta.get("format") != FORMAT:
             raise ValueError(f"its format is {meta.get('format')!r}, not {FORMAT!r}")
-        step, compute = int(meta["step"]), int(meta.get("compute_steps", meta["step"]))
+        step, compute = _progress(meta)
     except (CheckpointError, OSError, ValueError, KeyError, TypeError) as e:
         raise SpecError("JobSpec.resume_from", f"{path} is not a complete Tidal checkpoint: {e}") from None
     if compute >= spec.total_steps:

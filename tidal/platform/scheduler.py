@@ -247,9 +247,8 @@ class Scheduler:
         r = self.store.get(job_id)
         if not r.state.terminal:
             raise ValueError(f"job {job_id} is {r.state.value}: only a job that has ended can be resumed")
-        newest, step, _ = run_checkpoints(r.run_id)  # what its latest run left; else where it began
-        if r.checkpoint is not None and (newest is None or _step_of(r.checkpoint) > step):
-            newest = r.checkpoint
+        # what its latest run left, else where that run began (a run's checkpoints come after)
+        newest = run_checkpoints(r.run_id)[0] or r.checkpoint
         if newest is None:
             raise ValueError(f"job {job_id} ({r.state.value}) left no checkpoint to resume from")
         return self.submit(replace(spec or self._spec(r), resume_from=newest))
@@ -985,14 +984,6 @@ def resume_source(store: Store, checkpoint: str) -> str | None:
         raise SpecError("JobSpec.resume_from", f"{checkpoint} is job {owner}'s, which is "
                                                f"{r.state.value}: resume from it once it has ended")
     return owner
-
-
-def _step_of(checkpoint: str) -> int:
-    """A checkpoint's data position (-1 if it cannot be read)."""
-    try:
-        return int(read_meta(checkpoint)["step"])
-    except (OSError, ValueError, KeyError, CheckpointError):
-        return -1
 
 
 def compute_steps(r: JobRecord, progress: dict[str, Any] | None,
