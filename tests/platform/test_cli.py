@@ -89,10 +89,11 @@ def test_status_table_fits_long_ids_and_shows_progress() -> None:
     rows = [
         {"job_id": long_id, "state": "RUNNING", "plan": "dp2-z1-mb4x1", "gpus": 2, "nodes": ["abcdef123"],
          "predicted_sps": 300.0, "measured_sps": 250.0, "step": 50, "total_steps": 200, "eta_s": 754.0,
-         "restarts": 1, "error": None, "reason": "", "sps_ratios": [[1, 0.312], [2, 0.281]]},
+         "restarts": 1, "error": None, "error_line": "", "reason": "",
+         "sps_ratios": [[1, 0.312], [2, 0.281]]},
         {"job_id": "q", "state": "QUEUED", "plan": "", "gpus": 0, "nodes": [], "predicted_sps": 0.0,
          "measured_sps": 0.0, "step": 0, "total_steps": 100, "eta_s": None, "restarts": 0, "error": None,
-         "reason": "waiting: needs 4 GPUs, others use them better"},
+         "error_line": "", "reason": "waiting: needs 4 GPUs, others use them better"},
     ]
     lines = format_status(rows).splitlines()
     header, running = lines[0], lines[1]
@@ -100,6 +101,11 @@ def test_status_table_fits_long_ids_and_shows_progress() -> None:
     assert "50/200" in running and "25%" in running and "12m34s" in running
     assert lines[2].strip() == "measured/predicted: 0.31 on 1 GPU, 0.28 on 2 GPUs"
     assert lines[4].strip() == "waiting: needs 4 GPUs, others use them better"
+    failed = dict(rows[1], state="FAILED", reason="", error="ControllerError: Training failed due to "
+                  "controller error:\n[Errno 28] No space left on device",
+                  error_line="ControllerError: Training failed due to controller error: [Errno 28] No space "
+                             "left on device")
+    assert format_status([failed]).splitlines()[2] == f"    error: {failed['error_line']}"  # the event's note
 
 
 def test_an_autolrs_jobs_progress_counts_the_budgets_steps() -> None:
@@ -134,22 +140,6 @@ def test_start_refuses_a_bad_autoscaling_config_before_joining_ray(tmp_path: Pat
     bad.write_text("cluster_name: x\n")
     with pytest.raises(SystemExit, match="no available_node_types"):
         main(["start", "--autoscaling-config", str(bad)])
-
-
-def test_a_scheduler_that_could_not_start_is_its_constructors_last_line() -> None:
-    from ray.exceptions import RayActorError
-
-    from tidal.platform.sdk import start_failure
-
-    trace = ("The actor died because of an error raised in its creation task, ray::Scheduler.__init__()\n"
-             '  File "scheduler.py", line 154, in __init__\n    self.store = Store(path)\n\n'
-             "RuntimeError: /s/tidal.sqlite is not a Tidal state file (file is not a database)\n\n")
-    assert start_failure(RayActorError(error_msg=trace, actor_init_failed=True)) == (
-        "the Tidal scheduler could not start: RuntimeError: /s/tidal.sqlite is not a Tidal state file "
-        "(file is not a database)")
-    # an actor that died later (killed, its node lost) restarts: not a failure to start
-    assert start_failure(RayActorError(error_msg=trace, actor_init_failed=False)) is None
-    assert start_failure(ValueError("no job 'x'")) is None
 
 
 @pytest.mark.parametrize(("flags", "says"), [

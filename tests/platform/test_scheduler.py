@@ -34,6 +34,7 @@ from tidal.platform.scheduler import (
     SchedulerConfig,
     _error_text,
     compute_steps,
+    error_note,
     resume_source,
 )
 from tidal.platform.store import JobRecord, JobState, Store
@@ -189,11 +190,13 @@ def test_a_failed_job_resumes_as_a_new_job_from_its_newest_checkpoint(scheduler:
     st = failed.wait(timeout=400, poll_s=1)
     assert st["state"] == "FAILED", st  # its record points at the newest checkpoint its run left
     assert st["step"] >= 10 and st["checkpoint"].endswith(f"/{failed.job_id}-r0/step_{st['step']:08d}"), st
-    with pytest.raises(KeyError, match="no job 'nope'"):
+    with pytest.raises(KeyError, match="no job 'nope'") as no_job:
         sdk.resume("nope")
-    with pytest.raises(SpecError, match=r"JobSpec.resume_from: .*/resumed-\w+-r0/step_\d+ is at step \d+: "
-                                        r"total_steps \(10\) leaves nothing to train"):
+    with pytest.raises(SpecError, match=r"^JobSpec.resume_from: .*/resumed-\w+-r0/step_\d+ is at step \d+: "
+                                        r"total_steps \(10\) leaves nothing to train$") as done:
         sdk.resume(failed.job_id, dataclasses.replace(spec, total_steps=10))
+    # the SDK raises the scheduler's answers as themselves, not as RayTaskError with its trace
+    assert type(no_job.value) is KeyError and type(done.value) is SpecError
     again = sdk.resume(failed.job_id, spec)
     first = ray.get(scheduler.job_events.remote(again.job_id))[0]["note"]
     step = int(re.search(r"resumes from step (\d+) of (\S+)$", first)[1])  # type: ignore[index]
@@ -246,6 +249,20 @@ def test_a_failed_runs_note_names_the_workers_error_not_the_wrapper() -> None:
     assert (stored, note) == ("ValueError: bad plan\ndetails", "ValueError: bad plan")
     stored, note = _error_text(ValueError("x" * 5000))
     assert len(note) == 160 and len(stored) == 4000 and stored.endswith("x")
+
+
+@pytest.mark.parametrize("error", [
+    WorkerGroupError("Training failed due to worker errors:\n[Rank 0 Error Snippet]:\nTraceback (most recent "
+                     "call last):\n" + '  File "w.py", line 1, in f\n' * 400 + "tidal.X: boom\n"),
+    RuntimeError("Training failed due to controller error:\n" + "context\n" * 800 + "[Errno 28] No space"),
+    ValueError("bad plan\n" + "details\n" * 900),
+    ValueError(""),
+])
+def test_the_stored_error_has_the_note_of_the_event(error: Exception) -> None:
+    """`tidal status` reads its error line off the stored text (`error_note`), `tidal events` got
+    the note when the run failed: the same line, however long the text was."""
+    stored, note = _error_text(error)
+    assert len(stored) <= 4000 and error_note(stored) == note and note
 
 
 def test_an_autolrs_jobs_probe_steps_count_against_its_budget(tmp_path: Path) -> None:

@@ -151,7 +151,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
 def _wait(handle: Any) -> int:
     """Follow a job to its end (`--wait`): 0 if it SUCCEEDED."""
     st = follow(handle)
-    print(f"{handle.job_id} {st['state']}" + (f": {st['error']}" if st["error"] else ""))
+    print(f"{handle.job_id} {st['state']}" + (f": {st['error_line']}" if st.get("error_line") else ""))
     return 0 if st["state"] == "SUCCEEDED" else 1
 
 
@@ -211,8 +211,8 @@ def format_status(rows: list[dict[str, Any]]) -> str:
         if r.get("sps_ratios"):
             lines.append("    measured/predicted: " + ", ".join(
                 f"{float(x):.2f} on {int(n)} GPU{'s' if int(n) != 1 else ''}" for n, x in r["sps_ratios"]))
-        if r["error"]:
-            lines.append(f"    error: {str(r['error']).strip().splitlines()[-1][:160]}")
+        if r.get("error_line"):
+            lines.append(f"    error: {r['error_line']}")
     return "\n".join(lines)
 
 
@@ -228,27 +228,25 @@ def format_pools(loans: dict[str, Any]) -> str:
 @contextlib.contextmanager
 def _one_line_errors() -> Iterator[None]:
     """The scheduler's answers to bad input (an unknown job id, a rejected spec) as one line, not
-    the actor's traceback: Ray re-raises the actor's exception as a RayTaskError that is also an
-    instance of the original class, with the original as `cause`. So is a scheduler that could
-    not start (`sdk.scheduler_started`: a state file that is not one)."""
+    a traceback: the SDK (`sdk.answer`) raises them as the exception the actor raised. So is a
+    scheduler that could not start (`sdk.scheduler_started`: a state file that is not one)."""
     from tidal.platform.sdk import SchedulerStartError, scheduler_started
 
     try:
         with scheduler_started():
             yield
     except (KeyError, ValueError) as e:
-        cause = getattr(e, "cause", e)
-        text = cause.args[0] if isinstance(cause, KeyError) and cause.args else str(cause)
+        text = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
         raise SystemExit(f"tidal: {text}") from None
     except SchedulerStartError as e:
         raise SystemExit(f"tidal: {e}") from None
 
 
 def _get(ref: Any) -> Any:
-    import ray
+    from tidal.platform.sdk import answer
 
     with _one_line_errors():
-        return ray.get(ref)
+        return answer(ref)
 
 
 def cmd_status(args: argparse.Namespace) -> int:

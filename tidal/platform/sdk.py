@@ -53,6 +53,30 @@ class SchedulerStartError(RuntimeError):
     """The scheduler actor could not start; the message is `start_failure`'s line."""
 
 
+def answer_error(e: BaseException) -> BaseException | None:
+    """The scheduler's own answer inside a failed call, else None. Its answers to bad input (a
+    KeyError: no such job; a ValueError, SpecError included: a bad spec, checkpoint or state)
+    reach the caller as Ray's `RayTaskError(SpecError)`, whose text is the actor's whole
+    traceback; the answer is its `cause`, the exception the actor raised."""
+    from ray.exceptions import RayTaskError
+
+    cause = e.cause if isinstance(e, RayTaskError) else None
+    return cause if isinstance(cause, (KeyError, ValueError)) else None
+
+
+def answer(ref: Any, timeout: float | None = None) -> Any:
+    """`ray.get` of a scheduler call: its answer to bad input raised as the exception the actor
+    raised (`answer_error`: a SpecError of one line, not a RayTaskError with a traceback); a
+    scheduler that could not start as a SchedulerStartError (`scheduler_started`)."""
+    with scheduler_started():
+        try:
+            return ray.get(ref, timeout=timeout)
+        except Exception as e:
+            if (mine := answer_error(e)) is None:
+                raise
+            raise mine from None
+
+
 @contextlib.contextmanager
 def scheduler_started() -> Iterator[None]:
     """A scheduler that could not start as a SchedulerStartError of one line (`start_failure`)."""
@@ -74,7 +98,7 @@ class JobHandle:
         """The job's status row. A scheduler that restarts is waited for (Ray retries the call);
         one that is gone is looked up again by name; one that does not answer within
         `answer_s` is a one-line TimeoutError, never a silent hang."""
-        from ray.exceptions import GetTimeoutError, RayActorError
+        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
         deadline = time.time() + answer_s
         while True:
@@ -82,6 +106,10 @@ class JobHandle:
                 rows: list[dict[str, Any]] = ray.get(self._scheduler.status.remote(self.job_id),
                                                      timeout=max(1.0, deadline - time.time()))
                 return rows[0]
+            except RayTaskError as e:  # the job is not the scheduler's (a KeyError): one line
+                if (mine := answer_error(e)) is None:
+                    raise
+                raise mine from None
             except GetTimeoutError:
                 raise TimeoutError(f"the Tidal scheduler did not answer about {self.job_id} "
                                    f"in {answer_s:.0f} s") from None
@@ -112,11 +140,11 @@ class JobHandle:
 
     def logs(self) -> list[dict[str, Any]]:
         """Per-step metrics of the job's current run (loss, lr, samples/s, plan)."""
-        hist: list[dict[str, Any]] = ray.get(self._scheduler.history.remote(self.job_id))
+        hist: list[dict[str, Any]] = answer(self._scheduler.history.remote(self.job_id))
         return hist
 
     def cancel(self) -> None:
-        ray.get(self._scheduler.cancel.remote(self.job_id))
+        answer(self._scheduler.cancel.remote(self.job_id))
 
     def __repr__(self) -> str:
         return f"JobHandle({self.job_id!r})"
@@ -131,8 +159,7 @@ def submit(spec: JobSpec, *, config: SchedulerConfig | None = None,
 
     dry_run(spec)
     scheduler = connect(config)
-    with scheduler_started():
-        job_id: str = ray.get(scheduler.submit.remote(spec, options))
+    job_id: str = answer(scheduler.submit.remote(spec, options))
     return JobHandle(job_id, scheduler)
 
 
@@ -144,12 +171,10 @@ def resume(job_id: str, spec: JobSpec | None = None) -> JobHandle:
     if spec is not None:
         dry_run(spec)
     scheduler = connect()
-    with scheduler_started():
-        new_id: str = ray.get(scheduler.resume.remote(job_id, spec))
+    new_id: str = answer(scheduler.resume.remote(job_id, spec))
     return JobHandle(new_id, scheduler)
 
 
 def list_jobs() -> list[dict[str, Any]]:
-    with scheduler_started():
-        rows: list[dict[str, Any]] = ray.get(connect().status.remote())
+    rows: list[dict[str, Any]] = answer(connect().status.remote())
     return rows
