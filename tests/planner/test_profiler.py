@@ -66,6 +66,47 @@ def test_a_sweeps_jobs_share_their_profiles_and_other_workloads_do_not(tmp_path:
     assert key(base)[0] != _cache_paths(base, plans, "cuda:NVIDIA H100", 3, tmp_path)[0]
     empty = dataclasses.replace(base, dataset=list)  # its profiles fail, saying why; its key is a key
     assert len(key(empty)) == 2 and key(empty) != key(base)
+    # the same class, config and shapes running other code: a forward patched on the class or
+    # on an instance measures apart (flash attention patched in, say)
+    from tidal.jobs.models import Block
+
+    def patched(self: Any, x: Any) -> Any:
+        return x + self.fc_out(self.fc(self.ln2(x)))  # no attention
+
+    def patched_model() -> Any:
+        model = base.model()
+        model.blocks[0].forward = patched.__get__(model.blocks[0])
+        return model
+
+    on_instance = key(dataclasses.replace(base, model=patched_model))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Block, "forward", patched)
+        on_class = key(base)
+    assert len({on_instance[0], on_class[0], key(base)[0]}) == 3 and key(base) == key(base)
+
+
+def test_a_job_files_model_code_is_keyed_by_its_bytecode(tmp_path: Path) -> None:
+    """A job file's classes reach the admission task pickled by value, with no source to read:
+    their bytecode keys them, the same in every process, other code apart."""
+    import runpy
+
+    from ray import cloudpickle
+
+    from tidal.planner.profiler import code_digest
+
+    def model_of(scale: str) -> Any:
+        f = tmp_path / f"job{scale}.py"
+        f.write_text("from torch import nn\n\nclass Mine(nn.Module):\n    def __init__(self):\n"
+                     "        super().__init__()\n        self.lin = nn.Linear(4, 4)\n\n"
+                     f"    def forward(self, x):\n        return self.lin(x) * {scale}\n")
+        cls = runpy.run_path(str(f), run_name="tidal_job")["Mine"]
+        return cloudpickle.loads(cloudpickle.dumps(cls))()  # as the task unpickles it
+
+    def loss(model: Any, batch: Any) -> Any:
+        return model(batch).sum()
+
+    assert code_digest(model_of("2"), loss) == code_digest(model_of("2"), loss)
+    assert code_digest(model_of("2"), loss) != code_digest(model_of("3"), loss)
 
 
 def test_sample_plans_cover_families_within_budget() -> None:

@@ -282,11 +282,11 @@ def profile_cache() -> Path:
 
 def workload_key(spec: JobSpec, model: Any) -> list[Any]:
     """What a profile measures besides its plan and hardware: the model (its class, its own
-    config, its parameters' shapes), one sample's tensor shapes and dtypes (a sequence length
-    lives in the data, not the weights), the loss, the global batch and the precision. Not the
-    job's name, seed or LR: the jobs of a sweep share their profiles. Keyed by the job's name
-    before, 16 jobs of one model submitted at once were each profiled, one after another (~15 s
-    each on 2 cores), before most of them ran."""
+    config, its parameters' shapes, its code: `code_digest`), one sample's tensor shapes and dtypes
+    (a sequence length lives in the data, not the weights), the loss, the global batch and the
+    precision. Not the job's name, seed or LR: the jobs of a sweep share their profiles. Keyed by
+    the job's name before, 16 jobs of one model submitted at once were each profiled, one after
+    another (~15 s each on 2 cores), before most of them ran."""
     from tidal.jobs.checkpoint import model_config
 
     kind = type(model)
@@ -298,7 +298,46 @@ def workload_key(spec: JobSpec, model: Any) -> list[Any]:
     loss = f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', type(fn).__qualname__)}"
     return [f"{kind.__module__}.{kind.__qualname__}", model_config(model),
             [tuple(p.shape) for p in model.parameters()], sample, loss,
-            spec.global_batch, spec.precision]
+            spec.global_batch, spec.precision, code_digest(model, fn)]
+
+
+def code_digest(model: Any, loss: Any) -> str:
+    """A hash of the code a profile runs outside PyTorch: the source of each module class of the
+    model that PyTorch does not define, of the `forward` each module really calls (a patched
+    one included: `Attention.forward = flash_forward`, or one set on an instance), and of the
+    loss. Two models of one class, config and shapes whose code differs then measure apart.
+    Code without a source file to read (a job file's classes reach the admission task pickled
+    by value) is its bytecode (`_bytecode`); a built-in is its name."""
+    import inspect
+
+    def source(obj: Any) -> str:
+        try:
+            return inspect.getsource(obj)
+        except (OSError, TypeError):
+            fns = ([v for _, v in sorted(vars(obj).items()) if inspect.isfunction(v)]
+                   if isinstance(obj, type) else [obj])
+            code = [_bytecode(f.__code__) for f in fns if hasattr(f, "__code__")]
+            return f"{getattr(obj, '__qualname__', type(obj).__qualname__)}:{''.join(code)}"
+
+    seen: dict[str, str] = {}
+    for m in model.modules():
+        kind = type(m)
+        if kind.__module__.split(".")[0] == "torch":
+            continue
+        fwd = m.__dict__.get("forward", getattr(kind, "forward", None))
+        fwd = getattr(fwd, "__func__", fwd)  # a bound method: its function
+        key = f"{kind.__module__}.{kind.__qualname__}:{id(fwd)}"
+        if key not in seen:
+            seen[key] = source(kind) + (source(fwd) if fwd is not None else "")
+    text = "\n".join(sorted(set(seen.values()))) + source(loss)  # not in id order: ids vary by process
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _bytecode(code: Any) -> str:
+    """A code object as text that is the same in every process (its instructions, names and
+    constants, nested functions' code included; not its file, lines or address)."""
+    consts = [_bytecode(c) if hasattr(c, "co_code") else repr(c) for c in code.co_consts]
+    return f"{code.co_code.hex()}|{code.co_names}|{code.co_varnames}|{consts}"
 
 
 def _signature(item: Any) -> Any:
