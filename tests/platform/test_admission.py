@@ -5,6 +5,7 @@ seconds without touching a running one."""
 from __future__ import annotations
 
 import math
+import re
 import time
 import uuid
 from typing import Any
@@ -91,3 +92,58 @@ def test_broken_jobs_are_refused_in_seconds_without_touching_a_running_job(sched
     assert [r["name"] for r in sdk.list_jobs()] == ["keeps-running"]  # nothing else was stored
     running.cancel()
     assert running.wait(timeout=200, poll_s=1)["state"] == "CANCELLED"
+
+
+def test_a_sweeps_jobs_wait_for_one_anothers_profiles_instead_of_measuring_them_again(scheduler: Any) -> None:
+    """Jobs of one workload (a sweep: other LRs) submitted while the first one profiles wait for
+    its cache entries (SHARING) and plan from them; when the job they wait for is cancelled
+    mid-profile, one of them measures what is missing and the other waits for that one."""
+    tag = uuid.uuid4().hex[:6]
+
+    def spec(i: int) -> Any:  # width 92: no other test's workload, so nothing is cached
+        return tiny_gpt_spec(name=f"sweep-{tag}-{i}", total_steps=5, max_gpus=1, lr=1e-3 * (i + 1),
+                             d_model=92)
+
+    def events(h: sdk.JobHandle) -> list[str]:  # the scheduler's log lines about the job ("HH:MM:SS job...")
+        return [line for line in ray.get(scheduler.recent_events.remote())
+                if line.split(" ", 1)[1].startswith(h.job_id)]
+
+    def measured(h: sdk.JobHandle) -> int:  # the profiles its admission set out to measure
+        return sum(int(m[1]) for n in events(h) if (m := re.search(r"profiling (\d+) plans", n)))
+
+    first = sdk.JobHandle(ray.get(scheduler.submit.remote(spec(0))), scheduler)
+    wait(lambda: first.status()["reason"].startswith("profiling 2 plans"), "the first job to profile", 300)
+    b, c = (sdk.JobHandle(j, scheduler) for j in ray.get([scheduler.submit.remote(spec(i)) for i in (1, 2)]))
+    says = f"{first.job_id} is measuring 2 of its 2 profiles"
+    wait(lambda: all(says in " ".join(events(h)) for h in (b, c)),
+         "the sweep's other jobs to wait for the first one's profiles", 120)
+    assert b.status()["reason"] == f"waits for {first.job_id}'s profiles of the same workload"
+    assert b.status()["state"] == c.status()["state"] == "PROFILING"
+    first.cancel()  # mid-profile: what it measured is cached, the rest is not
+    finals = [h.wait(timeout=400, poll_s=1) for h in (b, c)]
+    assert all(f["state"] == "SUCCEEDED" for f in finals), finals
+    # what the first one left unmeasured, one of them measures and the other waits for (none if
+    # the first had measured both before it was cancelled): never both
+    assert sum(measured(h) > 0 for h in (b, c)) <= 1, [events(h) for h in (b, c)]
+
+    # a later job of the workload: every profile is cached, it waits for none and measures none
+    d = sdk.JobHandle(ray.get(scheduler.submit.remote(spec(3))), scheduler)
+    assert d.wait(timeout=300, poll_s=1)["state"] == "SUCCEEDED" and measured(d) == 0, events(d)
+
+
+def test_only_a_running_admission_is_waited_for() -> None:
+    """No cluster: `measuring` names the job whose PROFILING stage measures one of the profiles,
+    never the asking job itself, nor one that waits or sizes (its profiles are not under way)."""
+    from tidal.platform.admission import Admission, Stage, measuring
+
+    mine = frozenset({"a.json", "b.json"})
+    admissions = {
+        "me": Admission(stage=Stage.PROFILING, ref=None, plans=2, keys=mine),
+        "waits": Admission(stage=Stage.WAITING, ref=None, plans=2, keys=mine),
+        "other-workload": Admission(stage=Stage.PROFILING, ref=None, plans=1, keys=frozenset({"c.json"})),
+    }
+    assert measuring(admissions, mine, but="me") is None
+    admissions["sweep"] = Admission(stage=Stage.PROFILING, ref=None, plans=1, keys=frozenset({"b.json"}))
+    assert measuring(admissions, mine, but="me") == "sweep"
+    shared = Admission(stage=Stage.SHARING, ref=None, plans=2, keys=mine, after="sweep")
+    assert shared.reason() == "waits for sweep's profiles of the same workload"

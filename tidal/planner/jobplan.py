@@ -102,8 +102,9 @@ def profile_plans(spec: JobSpec, cluster: Cluster, cfg: ProfileConfig) -> list[P
     return sample_plans(spec, top, cfg.samples, cluster.per_node)
 
 
-def to_measure(spec: JobSpec, cluster: Cluster, cfg: ProfileConfig) -> list[Plan]:
-    """The profiles `plan_job` would measure (the others are cached); builds the model once."""
+def to_measure(spec: JobSpec, cluster: Cluster, cfg: ProfileConfig) -> list[tuple[Plan, str]]:
+    """The profiles `plan_job` would measure (the others are cached), each with its cache entry's
+    name (`profiler.uncached`); builds the model once."""
     return uncached(spec, profile_plans(spec, cluster, cfg), hardware=cfg.hardware, steps=cfg.steps)
 
 

@@ -354,10 +354,11 @@ def _signature(item: Any) -> Any:
 
 
 def uncached(spec: JobSpec, plans: list[Plan], *, hardware: str = "cpu", steps: int = 3,
-             cache: Path | None = None) -> list[Plan]:
-    """The plans `profile` would have to measure (the others are in the cache)."""
+             cache: Path | None = None) -> list[tuple[Plan, str]]:
+    """The plans `profile` would have to measure (the others are in the cache), each with its
+    cache entry's name: two jobs whose lists share a name would measure the same profile."""
     paths = _cache_paths(spec, plans, hardware, steps, cache)
-    return [p for p, path in zip(plans, paths, strict=True) if not path.exists()]
+    return [(p, path.name) for p, path in zip(plans, paths, strict=True) if not path.exists()]
 
 
 def profile(spec: JobSpec, plans: list[Plan], *, hardware: str = "cpu", steps: int = 3,

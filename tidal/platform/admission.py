@@ -5,6 +5,8 @@ every PROFILING job through two stages, each a Ray task, so that nothing a user'
 build a large model, profile for minutes, raise — runs in the actor or blocks its API:
 
     SIZING     task `to_measure`: builds the model once, returns the profiles not yet cached
+    SHARING    (only while another job's admission measures some of the same profiles: a
+               sweep's jobs share a workload; then SIZING again, which finds them cached)
     WAITING    (only while nothing outside guaranteed jobs and other profiles can host them)
     PROFILING  the scheduler reserves capacity for the largest of them (if any;
                `tidal.platform.reservations`) and starts task `plan`
@@ -37,6 +39,7 @@ from tidal.platform.reservations import Reservation
 
 class Stage(enum.Enum):
     SIZING = "sizing"
+    SHARING = "sharing"  # another job measures its profiles (no task runs)
     WAITING = "waiting"  # profiles known, no capacity to reserve for them yet (no task runs)
     PROFILING = "profiling"
 
@@ -51,10 +54,14 @@ class Admission:
     workers: int = 0  # workers the largest of them takes at once
     reservation: Reservation | None = None
     attempts: int = 1
+    keys: frozenset[str] = frozenset()  # the cache entries of the profiles to measure
+    after: str = ""  # SHARING: the job whose admission measures them
 
     def reason(self) -> str:
         if self.stage is Stage.SIZING:
             return "sizing: building the model, looking up cached profiles"
+        if self.stage is Stage.SHARING:
+            return f"waits for {self.after}'s profiles of the same workload"
         if self.stage is Stage.WAITING:
             return (f"{self.plans} profiles wait for capacity outside guaranteed jobs and other "
                     "profiles")
@@ -64,7 +71,7 @@ class Admission:
         return f"profiling {self.plans} plans{where}"
 
 
-def _to_measure(spec: JobSpec, cluster: Cluster, cfg: ProfileConfig) -> list[Plan]:
+def _to_measure(spec: JobSpec, cluster: Cluster, cfg: ProfileConfig) -> list[tuple[Plan, str]]:
     return to_measure(spec, cluster, cfg)
 
 
@@ -115,12 +122,21 @@ def start_sizing(spec: JobSpec, cluster: Cluster, cfg: ProfileConfig, attempts: 
 
 
 def start_planning(spec: JobSpec, cluster: Cluster, cfg: ProfileConfig, plans: int,
-                   reservation: Reservation | None, attempts: int = 1, owner: str | None = None) -> Admission:
+                   reservation: Reservation | None, attempts: int = 1, owner: str | None = None,
+                   keys: frozenset[str] = frozenset()) -> Admission:
     """`owner`: the scheduler's incarnation (`Scheduler.incarnation`); the task ends itself when
-    that scheduler is gone (`_watch_owner`)."""
+    that scheduler is gone (`_watch_owner`). `keys`: the cache entries it measures."""
     pin = reservation.workers if reservation else None
     ref = _planning.options(name=f"tidal-plan-{spec.name}").remote(spec, cluster, cfg, pin, owner)  # type: ignore[call-arg]
-    return Admission(stage=Stage.PROFILING, ref=ref, plans=plans, reservation=reservation, attempts=attempts)
+    return Admission(stage=Stage.PROFILING, ref=ref, plans=plans, reservation=reservation, attempts=attempts,
+                     keys=keys)
+
+
+def measuring(admissions: dict[str, Admission], keys: frozenset[str], but: str) -> str | None:
+    """The job (not `but`) whose running admission measures any of the profiles `keys`, if one
+    does: the first of them, in the dict's order."""
+    return next((jid for jid, a in admissions.items()
+                 if jid != but and a.stage is Stage.PROFILING and a.keys & keys), None)
 
 
 def done(adm: Admission) -> bool:

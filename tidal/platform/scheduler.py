@@ -35,6 +35,7 @@ offer them: nothing is launched into capacity a predecessor still holds.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import logging
@@ -416,8 +417,13 @@ class Scheduler:
         b = {"CPU": PROFILE_CPUS_PER_WORKER}
         if self.cfg.profile_gpus:
             b["GPU"] = self.cfg.profile_gpus
-        return tuple(dict(b) for a in self.admissions.values() if a.stage is Stage.WAITING
-                     for _ in range(a.workers))
+        out: list[dict[str, float]] = []
+        asked: set[str] = set()  # jobs of one workload wait for one set of profiles (SHARING)
+        for a in self.admissions.values():
+            if a.stage is Stage.WAITING and not a.keys & asked:
+                out += [dict(b) for _ in range(a.workers)]
+                asked |= a.keys
+        return tuple(out)
 
     def _admit(self, recs: list[JobRecord], nodes: list[Node], ray_nodes: list[dict[str, Any]]) -> None:
         """Step 3: move every PROFILING job one stage on (`tidal.platform.admission`)."""
@@ -432,7 +438,16 @@ class Scheduler:
                 self.admissions[jid] = admission.start_sizing(spec, cluster, self.cfg.profiling())
                 continue
             if adm.stage is Stage.WAITING:  # profiles known, capacity not yet: try again
-                self._start_profiles(r, spec, cluster, nodes, adm.plans, adm.workers, adm.attempts)
+                self._start_profiles(r, spec, cluster, nodes, adm.plans, adm.workers, adm.attempts, adm.keys)
+                continue
+            if adm.stage is Stage.SHARING:  # another job measures its profiles: once none does, look again
+                other = admission.measuring(self.admissions, adm.keys, but=jid)
+                if other is None:
+                    self.admissions[jid] = admission.start_sizing(spec, cluster, self.cfg.profiling(),
+                                                                  adm.attempts)
+                    self._event(f"{jid}: {adm.after}'s admission has ended; looks its profiles up")
+                elif other != adm.after:
+                    self.admissions[jid] = dataclasses.replace(adm, after=other)
                 continue
             if not admission.done(adm):
                 continue
@@ -441,9 +456,10 @@ class Scheduler:
             except Exception as e:
                 self._admission_failed(r, adm, e)
                 continue
-            if adm.stage is Stage.SIZING:  # value: the plans to measure
-                workers = max((p.dp for p in value), default=0)
-                self._start_profiles(r, spec, cluster, nodes, len(value), workers, adm.attempts)
+            if adm.stage is Stage.SIZING:  # value: the plans to measure, with their cache entries
+                workers = max((p.dp for p, _ in value), default=0)
+                self._start_profiles(r, spec, cluster, nodes, len(value), workers, adm.attempts,
+                                     frozenset(k for _, k in value))
                 continue
             options, guarantee = value
             del self.admissions[jid]
@@ -457,23 +473,31 @@ class Scheduler:
             self._wake.set()
 
     def _start_profiles(self, r: JobRecord, spec: JobSpec, cluster: Cluster, nodes: list[Node],
-                        plans: int, workers: int, attempts: int) -> None:
-        """Reserve capacity for the job's profiles and start them; with nothing to measure, plan
-        from the cache at once; with no capacity outside guaranteed jobs and other profiles,
-        wait (the job stays PROFILING, its reason says so) instead of queueing tasks in Ray."""
+                        plans: int, workers: int, attempts: int, keys: frozenset[str]) -> None:
+        """Reserve capacity for the job's profiles (`keys`: their cache entries) and start them;
+        with nothing to measure, plan from the cache at once; while another job's admission
+        measures some of them, wait for its cache entries (SHARING) instead of measuring them
+        twice; with no capacity outside guaranteed jobs and other profiles, wait (the job stays
+        PROFILING, its reason says so) instead of queueing tasks in Ray."""
         res: Reservation | None = None
+        was = self.admissions.get(r.job_id)
+        if plans and (other := admission.measuring(self.admissions, keys, but=r.job_id)) is not None:
+            self.admissions[r.job_id] = Admission(stage=Stage.SHARING, ref=None, plans=plans, workers=workers,
+                                                  attempts=attempts, keys=keys, after=other)
+            self._event(f"{r.job_id}: {other} is measuring {len(keys & self.admissions[other].keys)} of its "
+                        f"{plans} profiles (the same workload); waits for them")
+            return
         if plans:
             res = self._reserve(nodes, workers)
             if res is None:
-                was = self.admissions.get(r.job_id)
                 self.admissions[r.job_id] = Admission(stage=Stage.WAITING, ref=None, plans=plans,
-                                                      workers=workers, attempts=attempts)
+                                                      workers=workers, attempts=attempts, keys=keys)
                 if was is None or was.stage is not Stage.WAITING:
                     self._event(f"{r.job_id}: {plans} profiles wait for capacity outside guaranteed jobs "
                                 "and other profiles")
                 return
         self.admissions[r.job_id] = admission.start_planning(spec, cluster, self.cfg.profiling(), plans, res,
-                                                             attempts, owner=self._incarnation)
+                                                             attempts, owner=self._incarnation, keys=keys)
         self._event(f"{r.job_id}: profiling {plans} plans"
                     + (f", reserved {len(res.workers)} workers on {sorted(set(res.workers))}" if res else ""))
         self._wake.set()  # the policy makes room now, not at the next tick
