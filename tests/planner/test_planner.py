@@ -117,28 +117,3 @@ def test_random_instances_exercise_the_memory_limit() -> None:
         if any(c.feasible for c in ranked) and not all(c.feasible for c in ranked):
             mixed += 1
     assert mixed >= 10
-
-
-def test_a_job_wider_than_max_profile_gpus_is_profiled_on_its_minimum() -> None:
-    """Profiles run on at most `max_profile_gpus` (2) GPUs, but never on fewer than the job's
-    `min_gpus`: a 4-GPU-minimum job used to get no plan to profile and be rejected."""
-    from tests.conftest import tiny_gpt_spec
-    from tidal.planner.jobplan import Cluster, ProfileConfig, profile_plans
-
-    spec = tiny_gpt_spec(min_gpus=4, max_gpus=4)
-    plans = profile_plans(spec, Cluster(node_gpus=(2, 2, 2)), ProfileConfig(samples=2))
-    assert plans and all(p.dp * p.tp * p.pp == 4 for p in plans), plans
-    small = profile_plans(tiny_gpt_spec(min_gpus=1, max_gpus=4), Cluster(node_gpus=(2, 2, 2)),
-                          ProfileConfig(samples=4))
-    assert max(p.dp * p.tp * p.pp for p in small) <= 2  # the cap still holds above the minimum
-
-
-@pytest.mark.parametrize(("field", "value"), [("samples", 0), ("samples", 9), ("steps", 0), ("steps", 1.5),
-                                              ("max_profile_gpus", 0), ("gpus_per_worker", -1.0),
-                                              ("cpus_per_gpu", float("nan"))])
-def test_profile_config_refuses_what_would_fail_in_the_workers(field: str, value: object) -> None:
-    from tidal.planner.jobplan import ProfileConfig
-
-    with pytest.raises(ValueError, match=rf"^ProfileConfig\.{field} must be .*, got {value!r}$"):
-        ProfileConfig(**{field: value})  # type: ignore[arg-type]
-    ProfileConfig(samples=8, steps=1, max_profile_gpus=None, gpus_per_worker=0.0)  # the edges are fine
