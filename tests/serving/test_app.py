@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
 from tidal.serving.app import BadRequest, parse_request
 
@@ -20,9 +21,13 @@ def test_parse_request_names_the_field() -> None:
     for body, field in [([], "JSON object"), ({}, "prompt"), ({"prompt": "xyz"}, "vocabulary"),
                         ({"prompt": "a", "max_new_tokens": 0}, "max_new_tokens"),
                         ({"prompt": "a", "max_new_tokens": True}, "max_new_tokens"),
-                        ({"prompt": "a", "seed": "1"}, "seed")]:
+                        ({"prompt": "a", "seed": "1"}, "seed"), ({"prompt": "a", "seed": 2**64}, "seed"),
+                        ({"prompt": "a", "seed": -(2**63) - 1}, "seed")]:
         with pytest.raises(BadRequest, match=field):
             parse_request(body, VOCAB)
+    for seed in (-(2**63), 2**64 - 1):  # the ends of the range: torch seeds a generator with them
+        assert parse_request({"prompt": "a", "seed": seed}, VOCAB)[2] == seed
+        torch.Generator().manual_seed(seed)
 
 
 @pytest.mark.integration

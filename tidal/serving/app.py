@@ -58,8 +58,9 @@ def parse_request(body: Any, vocab: str) -> tuple[str, int, int]:
     if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_NEW_TOKENS:
         raise BadRequest(f"max_new_tokens: an integer from 1 to {MAX_NEW_TOKENS}")
     seed = body.get("seed", 0)
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise BadRequest("seed: an integer")
+    if not isinstance(seed, int) or isinstance(seed, bool) or not -(2**63) <= seed < 2**64:
+        # what torch.Generator.manual_seed takes: 2**64 was a 500 with a traceback
+        raise BadRequest("seed: an integer from -2**63 to 2**64 - 1")
     return prompt, n, seed
 
 
