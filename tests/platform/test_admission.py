@@ -147,3 +147,60 @@ def test_only_a_running_admission_is_waited_for() -> None:
     assert measuring(admissions, mine, but="me") == "sweep"
     shared = Admission(stage=Stage.SHARING, ref=None, plans=2, keys=mine, after="sweep")
     assert shared.reason() == "waits for sweep's profiles of the same workload"
+
+
+class HangsAfter:
+    """A loss that never returns after `n` calls in a process: the client's dry run passes, the
+    profile's step hangs (as a stopped worker or a deadlocked collective would)."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.calls = n, 0
+
+    def __call__(self, model: Any, batch: Any) -> Any:
+        from tidal.jobs.models import lm_loss
+
+        self.calls += 1
+        if self.calls > self.n:
+            time.sleep(3600)
+        return lm_loss(model, batch)
+
+
+@pytest.fixture
+def scheduler_quick_stall(ray_cluster: Any, tmp_path: Any) -> Any:
+    from tests.platform.conftest import _start
+
+    yield from _start(tmp_path, stall_s=8.0, max_admission_attempts=2)
+
+
+def test_a_hung_profile_is_killed_and_its_job_rejected_after_its_attempts(scheduler_quick_stall: Any) -> None:
+    """A profile that never answers used to leave its job PROFILING for good, holding the
+    capacity reserved for it: its admission is killed after `stall_s` per plan (plus one), tried
+    again, and the job REJECTED naming why; the profile's processes go with it."""
+    scheduler = scheduler_quick_stall
+    total = ray.cluster_resources()["CPU"]
+    hung = sdk.JobHandle(ray.get(scheduler.submit.remote(
+        tiny_gpt_spec(name="hangs", d_model=84, max_gpus=2, loss=HangsAfter(1)))), scheduler)
+    st = hung.wait(timeout=300, poll_s=1)
+    assert st["state"] == "REJECTED", st
+    assert re.fullmatch(r"admission failed 2 times: AdmissionHung: profiling 2 plans took more than 24 s "
+                        r"\(SchedulerConfig.stall_s 8 s per plan, plus one\)", st["error_line"]), st
+    log = ray.get(scheduler.recent_events.remote())
+    assert any(f"{hung.job_id}: admission lost to the cluster (AdmissionHung: profiling 2 plans" in line
+               for line in log), log
+    wait(lambda: ray.available_resources().get("CPU", 0) == total, "the hung profile's CPUs to be freed", 60)
+
+
+def test_an_admission_stage_is_overdue_after_stall_s_per_plan_plus_one() -> None:
+    """No cluster: sizing may take `stall_s`, profiling `stall_s` per plan plus one; a stage
+    with no task of its own (waiting, sharing) is never overdue."""
+    from tidal.platform.admission import Admission, Stage
+
+    sizing = Admission(stage=Stage.SIZING, ref="task", started=100.0)
+    assert sizing.overdue(110.0, 10.0) is None
+    assert sizing.overdue(110.5, 10.0) == "sizing took more than 10 s (SchedulerConfig.stall_s 10 s)"
+    profiling = Admission(stage=Stage.PROFILING, ref="task", plans=3, started=100.0)
+    assert profiling.overdue(140.0, 10.0) is None
+    assert profiling.overdue(141.0, 10.0) == ("profiling 3 plans took more than 40 s "
+                                              "(SchedulerConfig.stall_s 10 s per plan, plus one)")
+    for stage in (Stage.WAITING, Stage.SHARING):
+        assert Admission(stage=stage, ref=None, plans=3, started=100.0).overdue(1e9, 10.0) is None

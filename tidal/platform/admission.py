@@ -56,6 +56,21 @@ class Admission:
     attempts: int = 1
     keys: frozenset[str] = frozenset()  # the cache entries of the profiles to measure
     after: str = ""  # SHARING: the job whose admission measures them
+    started: float = 0.0  # when the stage's task started (time.time())
+
+    def overdue(self, now: float, stall_s: float) -> str | None:
+        """Why the stage's task counts as hung at `now`, or None: sizing for longer than
+        `stall_s`, profiling for longer than `stall_s` per plan it measures, plus one for the
+        fit (a dataset on a mount that hangs, a profile worker that stops or deadlocks in a
+        collective never answer; the job would stay PROFILING, holding its reservation)."""
+        if self.ref is None or self.stage not in (Stage.SIZING, Stage.PROFILING):
+            return None
+        limit = stall_s * (1 + self.plans) if self.stage is Stage.PROFILING else stall_s
+        if now - self.started <= limit:
+            return None
+        what = f"profiling {self.plans} plans" if self.stage is Stage.PROFILING else "sizing"
+        return (f"{what} took more than {limit:.0f} s (SchedulerConfig.stall_s {stall_s:g} s"
+                + (" per plan, plus one)" if self.stage is Stage.PROFILING else ")"))
 
     def reason(self) -> str:
         if self.stage is Stage.SIZING:
@@ -118,7 +133,7 @@ _planning = ray.remote(num_cpus=0, max_retries=2, retry_exceptions=False)(_plan)
 
 def start_sizing(spec: JobSpec, cluster: Cluster, cfg: ProfileConfig, attempts: int = 1) -> Admission:
     ref = _sizing.options(name=f"tidal-size-{spec.name}").remote(spec, cluster, cfg)
-    return Admission(stage=Stage.SIZING, ref=ref, attempts=attempts)
+    return Admission(stage=Stage.SIZING, ref=ref, attempts=attempts, started=time.time())
 
 
 def start_planning(spec: JobSpec, cluster: Cluster, cfg: ProfileConfig, plans: int,
@@ -129,7 +144,7 @@ def start_planning(spec: JobSpec, cluster: Cluster, cfg: ProfileConfig, plans: i
     pin = reservation.workers if reservation else None
     ref = _planning.options(name=f"tidal-plan-{spec.name}").remote(spec, cluster, cfg, pin, owner)  # type: ignore[call-arg]
     return Admission(stage=Stage.PROFILING, ref=ref, plans=plans, reservation=reservation, attempts=attempts,
-                     keys=keys)
+                     keys=keys, started=time.time())
 
 
 def measuring(admissions: dict[str, Admission], keys: frozenset[str], but: str) -> str | None:
@@ -142,6 +157,11 @@ def measuring(admissions: dict[str, Admission], keys: frozenset[str], but: str) 
 def done(adm: Admission) -> bool:
     ready, _ = ray.wait([adm.ref], timeout=0)
     return bool(ready)
+
+
+class AdmissionHung(TimeoutError):
+    """An admission stage's task ran past its time (`Admission.overdue`): a fault of the
+    cluster, so the admission starts again, up to `SchedulerConfig.max_admission_attempts`."""
 
 
 def user_error(e: BaseException) -> str | None:

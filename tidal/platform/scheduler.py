@@ -116,7 +116,9 @@ class SchedulerConfig:
     max_infra_restarts: int = 10  # requeues after infrastructure failures before a job FAILS
     # a run that executes no step for this long (from its launch before its first) is hung: its
     # workers are killed and the job resumes from its newest checkpoint, an infrastructure failure
-    # (`_watch`). Longer than a checkpoint's write and a run's start-up (a large model's load)
+    # (`_watch`). Longer than a checkpoint's write and a run's start-up (a large model's load).
+    # An admission's sizing that takes longer, or its profiles longer than this per plan plus
+    # one, is hung too: killed, and the admission starts again (`Admission.overdue`)
     stall_s: float = 900.0
     max_admission_attempts: int = 3  # admission tasks lost to the cluster before a job is REJECTED
     release_grace_s: float = 20.0  # a stopped run's GPUs count as Tidal's this long (Ray frees them late)
@@ -450,6 +452,9 @@ class Scheduler:
                     self.admissions[jid] = dataclasses.replace(adm, after=other)
                 continue
             if not admission.done(adm):
+                if (why := adm.overdue(time.time(), self.cfg.stall_s)) is not None:
+                    admission.cancel(adm)  # its process, and the profile it runs, are killed
+                    self._admission_failed(r, adm, admission.AdmissionHung(why))
                 continue
             try:
                 value = ray.get(adm.ref)
@@ -529,7 +534,8 @@ class Scheduler:
         if why is None and adm.attempts < self.cfg.max_admission_attempts:
             self.admissions[r.job_id] = admission.start_sizing(self._spec(r), self._cluster(),
                                                                self.cfg.profiling(), adm.attempts + 1)
-            self._event(f"{r.job_id}: admission lost to the cluster ({type(e).__name__}); attempt "
+            what = f": {e}" if isinstance(e, admission.AdmissionHung) else ""  # else a trace
+            self._event(f"{r.job_id}: admission lost to the cluster ({type(e).__name__}{what}); attempt "
                         f"{adm.attempts + 1}")
             return
         reason = why or f"admission failed {adm.attempts} times: {type(e).__name__}: {e}"
