@@ -138,14 +138,14 @@ def test_only_a_running_admission_is_waited_for() -> None:
 
     mine = frozenset({"a.json", "b.json"})
     admissions = {
-        "me": Admission(stage=Stage.PROFILING, ref=None, plans=2, keys=mine),
-        "waits": Admission(stage=Stage.WAITING, ref=None, plans=2, keys=mine),
-        "other-workload": Admission(stage=Stage.PROFILING, ref=None, plans=1, keys=frozenset({"c.json"})),
+        "me": Admission(stage=Stage.PROFILING, ref=None, keys=mine),
+        "waits": Admission(stage=Stage.WAITING, ref=None, keys=mine),
+        "other-workload": Admission(stage=Stage.PROFILING, ref=None, keys=frozenset({"c.json"})),
     }
     assert measuring(admissions, mine, but="me") is None
-    admissions["sweep"] = Admission(stage=Stage.PROFILING, ref=None, plans=1, keys=frozenset({"b.json"}))
+    admissions["sweep"] = Admission(stage=Stage.PROFILING, ref=None, keys=frozenset({"b.json"}))
     assert measuring(admissions, mine, but="me") == "sweep"
-    shared = Admission(stage=Stage.SHARING, ref=None, plans=2, keys=mine, after="sweep")
+    shared = Admission(stage=Stage.SHARING, ref=None, keys=mine, after="sweep")
     assert shared.reason() == "waits for sweep's profiles of the same workload"
 
 
@@ -198,9 +198,10 @@ def test_an_admission_stage_is_overdue_after_stall_s_per_plan_plus_one() -> None
     sizing = Admission(stage=Stage.SIZING, ref="task", started=100.0)
     assert sizing.overdue(110.0, 10.0) is None
     assert sizing.overdue(110.5, 10.0) == "sizing took more than 10 s (SchedulerConfig.stall_s 10 s)"
-    profiling = Admission(stage=Stage.PROFILING, ref="task", plans=3, started=100.0)
+    three = frozenset({"a.json", "b.json", "c.json"})  # the cache entries of 3 plans
+    profiling = Admission(stage=Stage.PROFILING, ref="task", keys=three, started=100.0)
     assert profiling.overdue(140.0, 10.0) is None
     assert profiling.overdue(141.0, 10.0) == ("profiling 3 plans took more than 40 s "
                                               "(SchedulerConfig.stall_s 10 s per plan, plus one)")
     for stage in (Stage.WAITING, Stage.SHARING):
-        assert Admission(stage=stage, ref=None, plans=3, started=100.0).overdue(1e9, 10.0) is None
+        assert Admission(stage=stage, ref=None, keys=three, started=100.0).overdue(1e9, 10.0) is None

@@ -319,17 +319,16 @@ def code_digest(model: Any, loss: Any) -> str:
             code = [_bytecode(f.__code__) for f in fns if hasattr(f, "__code__")]
             return f"{getattr(obj, '__qualname__', type(obj).__qualname__)}:{''.join(code)}"
 
-    seen: dict[str, str] = {}
+    seen: dict[tuple[type, int], str] = {}  # each (class, forward) read once, however many modules
     for m in model.modules():
         kind = type(m)
         if kind.__module__.split(".")[0] == "torch":
             continue
         fwd = m.__dict__.get("forward", getattr(kind, "forward", None))
         fwd = getattr(fwd, "__func__", fwd)  # a bound method: its function
-        key = f"{kind.__module__}.{kind.__qualname__}:{id(fwd)}"
-        if key not in seen:
-            seen[key] = source(kind) + (source(fwd) if fwd is not None else "")
-    text = "\n".join(sorted(set(seen.values()))) + source(loss)  # not in id order: ids vary by process
+        if (kind, id(fwd)) not in seen:
+            seen[kind, id(fwd)] = source(kind) + (source(fwd) if fwd is not None else "")
+    text = "\n".join(sorted(set(seen.values()))) + source(loss)  # in no process's own order
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

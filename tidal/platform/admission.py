@@ -50,13 +50,17 @@ class Admission:
 
     stage: Stage
     ref: Any  # ray.ObjectRef of the stage's task (None while WAITING)
-    plans: int = 0  # profiles to measure (WAITING and PROFILING stages)
     workers: int = 0  # workers the largest of them takes at once
     reservation: Reservation | None = None
     attempts: int = 1
     keys: frozenset[str] = frozenset()  # the cache entries of the profiles to measure
     after: str = ""  # SHARING: the job whose admission measures them
     started: float = 0.0  # when the stage's task started (time.time())
+
+    @property
+    def plans(self) -> int:
+        """Profiles to measure (SHARING, WAITING and PROFILING stages): one cache entry each."""
+        return len(self.keys)
 
     def overdue(self, now: float, stall_s: float) -> str | None:
         """Why the stage's task counts as hung at `now`, or None: sizing for longer than
@@ -136,15 +140,15 @@ def start_sizing(spec: JobSpec, cluster: Cluster, cfg: ProfileConfig, attempts: 
     return Admission(stage=Stage.SIZING, ref=ref, attempts=attempts, started=time.time())
 
 
-def start_planning(spec: JobSpec, cluster: Cluster, cfg: ProfileConfig, plans: int,
-                   reservation: Reservation | None, attempts: int = 1, owner: str | None = None,
-                   keys: frozenset[str] = frozenset()) -> Admission:
-    """`owner`: the scheduler's incarnation (`Scheduler.incarnation`); the task ends itself when
-    that scheduler is gone (`_watch_owner`). `keys`: the cache entries it measures."""
+def start_planning(spec: JobSpec, cluster: Cluster, cfg: ProfileConfig, keys: frozenset[str],
+                   reservation: Reservation | None, attempts: int = 1, owner: str | None = None) -> Admission:
+    """`keys`: the cache entries of the profiles it measures (none: it plans from the cache);
+    `owner`: the scheduler's incarnation (`Scheduler.incarnation`); the task ends itself when
+    that scheduler is gone (`_watch_owner`)."""
     pin = reservation.workers if reservation else None
     ref = _planning.options(name=f"tidal-plan-{spec.name}").remote(spec, cluster, cfg, pin, owner)  # type: ignore[call-arg]
-    return Admission(stage=Stage.PROFILING, ref=ref, plans=plans, reservation=reservation, attempts=attempts,
-                     keys=keys, started=time.time())
+    return Admission(stage=Stage.PROFILING, ref=ref, reservation=reservation, attempts=attempts, keys=keys,
+                     started=time.time())
 
 
 def measuring(admissions: dict[str, Admission], keys: frozenset[str], but: str) -> str | None:

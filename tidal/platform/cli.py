@@ -228,13 +228,12 @@ def format_pools(loans: dict[str, Any]) -> str:
 @contextlib.contextmanager
 def _one_line_errors() -> Iterator[None]:
     """The scheduler's answers to bad input (an unknown job id, a rejected spec) as one line, not
-    a traceback: the SDK (`sdk.answer`) raises them as the exception the actor raised. So is a
-    scheduler that could not start (`sdk.scheduler_started`: a state file that is not one)."""
-    from tidal.platform.sdk import SchedulerStartError, scheduler_started
+    a traceback: the SDK (`sdk.answer`) raises them as the exception the actor raised, and a
+    scheduler that could not start (a state file that is not one) as a SchedulerStartError."""
+    from tidal.platform.sdk import SchedulerStartError
 
     try:
-        with scheduler_started():
-            yield
+        yield
     except (KeyError, ValueError) as e:
         text = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
         raise SystemExit(f"tidal: {text}") from None

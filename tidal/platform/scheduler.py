@@ -440,7 +440,7 @@ class Scheduler:
                 self.admissions[jid] = admission.start_sizing(spec, cluster, self.cfg.profiling())
                 continue
             if adm.stage is Stage.WAITING:  # profiles known, capacity not yet: try again
-                self._start_profiles(r, spec, cluster, nodes, adm.plans, adm.workers, adm.attempts, adm.keys)
+                self._start_profiles(r, spec, cluster, nodes, adm.keys, adm.workers, adm.attempts)
                 continue
             if adm.stage is Stage.SHARING:  # another job measures its profiles: once none does, look again
                 other = admission.measuring(self.admissions, adm.keys, but=jid)
@@ -463,8 +463,8 @@ class Scheduler:
                 continue
             if adm.stage is Stage.SIZING:  # value: the plans to measure, with their cache entries
                 workers = max((p.dp for p, _ in value), default=0)
-                self._start_profiles(r, spec, cluster, nodes, len(value), workers, adm.attempts,
-                                     frozenset(k for _, k in value))
+                self._start_profiles(r, spec, cluster, nodes, frozenset(k for _, k in value), workers,
+                                     adm.attempts)
                 continue
             options, guarantee = value
             del self.admissions[jid]
@@ -478,7 +478,7 @@ class Scheduler:
             self._wake.set()
 
     def _start_profiles(self, r: JobRecord, spec: JobSpec, cluster: Cluster, nodes: list[Node],
-                        plans: int, workers: int, attempts: int, keys: frozenset[str]) -> None:
+                        keys: frozenset[str], workers: int, attempts: int) -> None:
         """Reserve capacity for the job's profiles (`keys`: their cache entries) and start them;
         with nothing to measure, plan from the cache at once; while another job's admission
         measures some of them, wait for its cache entries (SHARING) instead of measuring them
@@ -486,8 +486,9 @@ class Scheduler:
         PROFILING, its reason says so) instead of queueing tasks in Ray."""
         res: Reservation | None = None
         was = self.admissions.get(r.job_id)
+        plans = len(keys)
         if plans and (other := admission.measuring(self.admissions, keys, but=r.job_id)) is not None:
-            self.admissions[r.job_id] = Admission(stage=Stage.SHARING, ref=None, plans=plans, workers=workers,
+            self.admissions[r.job_id] = Admission(stage=Stage.SHARING, ref=None, workers=workers,
                                                   attempts=attempts, keys=keys, after=other)
             self._event(f"{r.job_id}: {other} is measuring {len(keys & self.admissions[other].keys)} of its "
                         f"{plans} profiles (the same workload); waits for them")
@@ -495,14 +496,14 @@ class Scheduler:
         if plans:
             res = self._reserve(nodes, workers)
             if res is None:
-                self.admissions[r.job_id] = Admission(stage=Stage.WAITING, ref=None, plans=plans,
-                                                      workers=workers, attempts=attempts, keys=keys)
+                self.admissions[r.job_id] = Admission(stage=Stage.WAITING, ref=None, workers=workers,
+                                                      attempts=attempts, keys=keys)
                 if was is None or was.stage is not Stage.WAITING:
                     self._event(f"{r.job_id}: {plans} profiles wait for capacity outside guaranteed jobs "
                                 "and other profiles")
                 return
-        self.admissions[r.job_id] = admission.start_planning(spec, cluster, self.cfg.profiling(), plans, res,
-                                                             attempts, owner=self._incarnation, keys=keys)
+        self.admissions[r.job_id] = admission.start_planning(spec, cluster, self.cfg.profiling(), keys, res,
+                                                             attempts, owner=self._incarnation)
         self._event(f"{r.job_id}: profiling {plans} plans"
                     + (f", reserved {len(res.workers)} workers on {sorted(set(res.workers))}" if res else ""))
         self._wake.set()  # the policy makes room now, not at the next tick

@@ -98,24 +98,18 @@ class JobHandle:
         """The job's status row. A scheduler that restarts is waited for (Ray retries the call);
         one that is gone is looked up again by name; one that does not answer within
         `answer_s` is a one-line TimeoutError, never a silent hang."""
-        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+        from ray.exceptions import GetTimeoutError, RayActorError
 
         deadline = time.time() + answer_s
         while True:
-            try:
-                rows: list[dict[str, Any]] = ray.get(self._scheduler.status.remote(self.job_id),
-                                                     timeout=max(1.0, deadline - time.time()))
+            try:  # `answer`: an unknown job is a one-line KeyError, a failed start one line too
+                rows: list[dict[str, Any]] = answer(self._scheduler.status.remote(self.job_id),
+                                                    timeout=max(1.0, deadline - time.time()))
                 return rows[0]
-            except RayTaskError as e:  # the job is not the scheduler's (a KeyError): one line
-                if (mine := answer_error(e)) is None:
-                    raise
-                raise mine from None
             except GetTimeoutError:
                 raise TimeoutError(f"the Tidal scheduler did not answer about {self.job_id} "
                                    f"in {answer_s:.0f} s") from None
-            except RayActorError as e:
-                if (why := start_failure(e)) is not None:
-                    raise SchedulerStartError(why) from None
+            except RayActorError:
                 if time.time() > deadline:
                     raise RuntimeError(f"the Tidal scheduler is gone (asked about {self.job_id}); "
                                        "`tidal status` starts a new one from $TIDAL_STATE") from None
