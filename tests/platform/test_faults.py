@@ -214,7 +214,8 @@ def test_scheduler_killed_while_a_job_profiles_and_while_one_stops(scheduler: An
         Option(gpus=4, plan=plan_b, samples_per_s=1e4, cpus_per_gpu=1.0),))), actor)
     deadline = time.time() + 120
     while a.status()["state"] != "STOPPING":
-        assert time.time() < deadline, "A was never asked to stop"
+        assert time.time() < deadline, ("A was never asked to stop", a.status(), b.status(),
+                                        ray.available_resources())
         time.sleep(0.1)
     ray.kill(actor, no_restart=False)  # killed while A stops
     actor = ray.get_actor(SCHEDULER_NAME, namespace=NAMESPACE)
