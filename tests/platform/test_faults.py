@@ -193,6 +193,55 @@ def test_a_stray_state_file_stops_the_scheduler_in_one_line(ray_cluster: Any, tm
         next(started, None)
 
 
+def test_a_state_file_locked_while_a_run_ends_loses_nothing(ray_cluster: Any, tmp_path: Path) -> None:
+    """Someone holds the state file's write lock (a `sqlite3` shell left in a transaction; a full
+    disk refuses writes the same way) while a run ends and a job waits for its GPUs. A submit
+    then is refused in one line naming the file; the run's end is recorded once the lock goes,
+    with its whole curve, and the waiting job is launched once. Before, the first refused write
+    left SQLite's transaction open and every later one failed: the ended job stayed RUNNING and
+    the waiting one QUEUED for good."""
+    import sqlite3
+
+    from tidal.platform.store import StoreWriteError
+
+    started = _start(tmp_path)
+    actor = next(started)
+    other = sqlite3.connect(tmp_path / "tidal.sqlite", isolation_level=None)
+    try:
+        four = Plan(dp=4, micro_batch=2)
+        opts = (Option(gpus=4, plan=four, samples_per_s=100.0, cpus_per_gpu=1.0),)
+        spec_b = tiny_gpt_spec(name="locked-b", total_steps=40, max_gpus=4, checkpoint_every=10)
+        b = sdk.JobHandle(ray.get(actor.submit.remote(spec_b, opts)), actor)
+        spec_a = tiny_gpt_spec(name="locked-a", total_steps=60, max_gpus=4, seed=1)  # longer: B runs first
+        a = sdk.JobHandle(ray.get(actor.submit.remote(spec_a, opts)), actor)
+        wait(lambda: b.status()["state"] == "RUNNING" and b.status()["step"] >= 5 and bool(_train_workers()),
+             "B to train")
+        other.execute("BEGIN IMMEDIATE")  # the write lock, held from here
+        with pytest.raises(StoreWriteError) as refused:
+            sdk.answer(actor.submit.remote(tiny_gpt_spec(name="locked-c", max_gpus=4), opts))
+        assert str(refused.value).startswith(f"the Tidal state file {tmp_path / 'tidal.sqlite'} could not "
+                                             "be written") and "database is locked" in str(refused.value)
+        wait(lambda: not _train_workers(), "B's run to end while the file is locked", 180)
+        time.sleep(8)  # a tick or more that cannot write
+        assert a.status()["state"] == "QUEUED" and b.status()["state"] == "RUNNING"  # reads still work
+        other.execute("ROLLBACK")
+        finals = [b.wait(timeout=600, poll_s=1), a.wait(timeout=600, poll_s=1)]
+        assert [f["state"] for f in finals] == ["SUCCEEDED", "SUCCEEDED"], finals
+        assert [f["restarts"] for f in finals] == [0, 0], finals
+        assert [r["name"] for r in ray.get(actor.status.remote())] == ["locked-b", "locked-a"]  # not C
+        launches = [e for e in ray.get(actor.job_events.remote(a.job_id)) if e["to"] == "RUNNING"]
+        assert len(launches) == 1, launches
+        said = ray.get(actor.recent_events.remote())
+        assert any(f"could not record the end of {b.job_id}'s run" in e for e in said), said
+        assert any(f"recorded the end of {b.job_id}'s run" in e for e in said), said
+        assert_same_curve(spec_b, b.logs())
+    finally:
+        if other.in_transaction:
+            other.execute("ROLLBACK")
+        other.close()
+        next(started, None)
+
+
 def test_scheduler_killed_while_a_job_profiles_and_while_one_stops(scheduler: Any) -> None:
     spec_a = tiny_gpt_spec(name=f"fault-a-{uuid.uuid4().hex[:6]}", total_steps=120, max_gpus=4,
                            checkpoint_every=10, d_model=72)  # a workload of its own: profiled

@@ -10,7 +10,7 @@ import pytest
 
 from tidal.core.policy import Option
 from tidal.jobs.spec import Plan
-from tidal.platform.store import JobRecord, JobState, Store, TransitionError
+from tidal.platform.store import JobRecord, JobState, Store, StoreWriteError, TransitionError
 
 
 def test_records_survive_reopening(tmp_path: Path) -> None:
@@ -128,3 +128,39 @@ def test_a_schema_2_state_file_is_migrated_keeping_its_jobs_and_ratios(tmp_path:
     s.update("new", sps_ratios=[[2, 0.9]])
     assert Store(path).get("new").sps_ratios == [[2, 0.9]]  # reopened: now schema 3, no migration
     assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 3
+
+
+@pytest.mark.parametrize("trouble", ["full", "locked"])
+def test_a_refused_write_changes_nothing_and_the_next_one_works(tmp_path: Path, trouble: str) -> None:
+    """The disk full (SQLite's own page limit, the error a full disk gives) or the file locked by
+    another process (someone's `sqlite3` shell in a transaction, past the 5-s busy timeout): the
+    write raises one StoreWriteError naming the file and what SQLite said, nothing of it is
+    stored, and once the trouble is gone the next write works. A lock left SQLite's transaction
+    open: before, every later write failed with `cannot start a transaction within a
+    transaction` until the actor restarted."""
+    path = tmp_path / "tidal.sqlite"
+    s = Store(path)
+    s.add(JobRecord(job_id="a", name="A", spec=b"spec", state=JobState.QUEUED))
+    other = sqlite3.connect(path, isolation_level=None)
+    if trouble == "full":
+        s._db.execute(f"PRAGMA max_page_count = {s._db.execute('PRAGMA page_count').fetchone()[0]}")
+        note, said = "n" * 100_000, "database or disk is full"
+    else:
+        other.execute("BEGIN IMMEDIATE")  # holds the write lock
+        note, said = "launched", "database is locked"
+    with pytest.raises(OSError) as e:
+        s.transition("a", JobState.RUNNING, note, run_id="a-r0")
+    assert isinstance(e.value, StoreWriteError)
+    assert str(e.value).startswith(f"the Tidal state file {path} could not be written")
+    assert said in str(e.value)
+    with pytest.raises(StoreWriteError):
+        s.add(JobRecord(job_id="b", name="B", spec=note.encode()))
+    assert s.get("a").state is JobState.QUEUED and s.get("a").run_id is None
+    assert [x.to_state for x in s.events("a")] == ["QUEUED"] and [r.job_id for r in s.all()] == ["a"]
+    if trouble == "full":
+        s._db.execute("PRAGMA max_page_count = 1073741823")
+    else:
+        other.execute("ROLLBACK")
+    s.transition("a", JobState.RUNNING, "launched", run_id="a-r0")
+    s.set_measured("k", [1.0])
+    assert s.get("a").state is JobState.RUNNING and Store(path).get("a").run_id == "a-r0"

@@ -229,12 +229,14 @@ def format_pools(loans: dict[str, Any]) -> str:
 def _one_line_errors() -> Iterator[None]:
     """The scheduler's answers to bad input (an unknown job id, a rejected spec) as one line, not
     a traceback: the SDK (`sdk.answer`) raises them as the exception the actor raised, and a
-    scheduler that could not start (a state file that is not one) as a SchedulerStartError."""
+    scheduler that could not start (a state file that is not one) as a SchedulerStartError; a
+    state file that refused the write as a StoreWriteError."""
     from tidal.platform.sdk import SchedulerStartError
+    from tidal.platform.store import StoreWriteError
 
     try:
         yield
-    except (KeyError, ValueError) as e:
+    except (KeyError, ValueError, StoreWriteError) as e:
         text = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
         raise SystemExit(f"tidal: {text}") from None
     except SchedulerStartError as e:

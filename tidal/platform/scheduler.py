@@ -31,6 +31,13 @@ the whole job); PROFILING jobs start their
 admission again (the profile cache keeps what was measured). Until the old placement groups
 are gone their GPUs are not free, and the snapshot, built from what Ray reports free, does not
 offer them: nothing is launched into capacity a predecessor still holds.
+
+What the cluster already did is recorded before anything new is decided. A launch, a stop
+asked for, or a run's end whose write the state file refuses (`StoreWriteError`: its disk full,
+a lock someone else holds) is kept and written first at the next tick; until it is, a tick
+decides nothing (`_recorded`, `_flush`). Before, a launch whose record failed left the job
+QUEUED beside its live run, and the next tick launched it a second time into the same run
+directory; a run whose end failed to record was dropped, and its job stayed RUNNING for good.
 """
 
 from __future__ import annotations
@@ -44,8 +51,10 @@ import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -59,13 +68,14 @@ from tidal.core.fields import require_int, require_number
 from tidal.core.policy import Allocation, Decision, JobView, Node, Option, PolicyConfig, Snapshot, predicted
 from tidal.core.restarts import RestartCost
 from tidal.jobs.checkpoint import CheckpointError, read_meta, read_metrics
-from tidal.jobs.runner import check_storage, checkpoint_done, resume_point
+from tidal.jobs.runner import RunResult, check_storage, checkpoint_done, resume_point
 from tidal.jobs.spec import JobSpec, Plan, SpecError
 from tidal.planner.jobplan import Cluster, ProfileConfig, check_fits
 from tidal.platform import admission
 from tidal.platform.admission import Admission, Stage
 from tidal.platform.capacity import TRAINING_SELECTOR, Held, build_nodes, launchable_gpus, pool_of
 from tidal.platform.executor import (
+    Ended,
     Executor,
     checkpoint_owner,
     infrastructure_failure,
@@ -74,7 +84,7 @@ from tidal.platform.executor import (
 )
 from tidal.platform.metrics import Metrics
 from tidal.platform.reservations import Reservation, reserve, without
-from tidal.platform.store import JobRecord, JobState, Store, state_dir
+from tidal.platform.store import JobRecord, JobState, Store, StoreWriteError, state_dir
 from tidal.serving.loans import LoanConfig, decide_loan, lend_by_node
 
 log = logging.getLogger("tidal.scheduler")
@@ -189,6 +199,9 @@ class Scheduler:
         self.launched: dict[str, float] = {}
         self.hung: set[str] = set()  # jobs whose run `_watch` aborted, until it ends
         self.stopping: dict[str, float] = {}
+        # writes recording what the cluster already did that the state file refused, oldest first
+        # (`_recorded`): each tick writes them before it decides anything
+        self.unrecorded: list[tuple[str, Callable[[], object]]] = []
         self._incarnation = uuid.uuid4().hex  # this actor's life: a restart is another
         # each job's (latest run, checkpoint) its storage was last pruned at (`_prune`); the
         # pruning runs off the loop: a checkpoint of a large model on a network filesystem is GBs
@@ -314,10 +327,11 @@ class Scheduler:
                     admission.cancel(adm)
                 self.store.transition(job_id, JobState.CANCELLED, "cancelled while profiling",
                                       finished=time.time())
-            elif self.executor.stop(job_id):
+            elif self.executor.has_run(job_id):  # written first: a refused write cancels nothing
                 self.store.update(job_id, cancel_requested=True)  # durable: a restarted actor honours it
                 if r.state is JobState.RUNNING:
                     self.store.transition(job_id, JobState.STOPPING, "cancel requested")
+                self.executor.stop(job_id)
             else:
                 self.store.transition(job_id, JobState.CANCELLED, "cancelled while queued",
                                       finished=time.time())
@@ -348,7 +362,10 @@ class Scheduler:
     def _observe_restart(self, **sample: float) -> None:
         """One more measured start or stop (`RestartCost.observe`), kept in the store."""
         self.restart = self.restart.observe(**sample)
-        self.store.set_measured(_RESTART_SAMPLES, self.restart.samples())
+        try:
+            self.store.set_measured(_RESTART_SAMPLES, self.restart.samples())
+        except StoreWriteError as e:  # the next sample stores them all
+            log.warning("restart cost not stored: %s", e)
 
     def _restart_cost_s(self) -> float:
         return self.cfg.restart_cost_s if self.cfg.restart_cost_s is not None else self.restart.seconds
@@ -664,7 +681,7 @@ class Scheduler:
         """Ask a running job to stop at its next step boundary with a checkpoint (→ STOPPING)."""
         self.executor.stop(r.job_id)
         self.stopping.setdefault(r.job_id, time.time())
-        self.store.transition(r.job_id, JobState.STOPPING, why)
+        self._recorded(f"{r.job_id}'s stop", partial(self.store.transition, r.job_id, JobState.STOPPING, why))
         self._log_action("stop", r.job_id, [(n, int(g)) for n, g in r.allocation or []], "")
         self._event(f"{r.job_id} {why}")
 
@@ -688,46 +705,60 @@ class Scheduler:
                             predicted=rec.predicted_sps, measured=upd["measured_sps"], dt=now - last,
                             cfg=self.cfg.correction)
                 upd["sps_ratios"] = [[n, r] for n, r in c.ratios]
-            self.store.update(jid, **upd)
+            try:
+                self.store.update(jid, **upd)
+            except StoreWriteError as e:  # progress only: the run reports again at the next tick
+                log.warning("progress of %s not stored: %s", jid, e)
         self._watch()
         recs = {r.job_id: r for r in self.store.all()}
         for ended in self.executor.collect({jid: r.allocation for jid, r in recs.items()}):
-            jid, rec = ended.job_id, recs[ended.job_id]
-            self.hung.discard(jid)
-            self.observed.pop(jid, None)
-            self.launched.pop(jid, None)
-            asked = self.stopping.pop(jid, None)
-            if asked is not None and ended.result is not None and not ended.result.finished:
-                self._observe_restart(stop_s=time.time() - asked)  # stopped as asked
-            if ended.result is None:
-                assert ended.error is not None
-                self._run_failed(rec, ended.error, ended.history)
-                continue
-            r = ended.result
-            self._save_curve(jid, r.history)
-            if r.aborted:  # stopped before its first step: no worker group to check
-                self._event(f"{jid}: run {r.run_id} stopped before its first step (aborted)")
-            else:
-                named = sorted(n for n, g in rec.allocation or [] for _ in range(int(g)))
-                ran = sorted(r.worker_nodes.values())
-                self.placement_checks.append({"job_id": jid, "run_id": r.run_id, "decided": named,
-                                              "ran": ran})
-                if named != ran:
-                    self._event(f"{jid}: workers ran on {ran}, the decision named {named}")
-            fields: dict[str, Any] = {"checkpoint": r.checkpoint, "step": r.final_step, "allocation": None}
-            if r.finished:
-                self.store.transition(jid, JobState.SUCCEEDED, f"finished at step {r.final_step}",
-                                      finished=time.time(), **fields)
-                self._event(f"{jid} SUCCEEDED at step {r.final_step}")
-            elif rec.cancel_requested:
-                self.store.transition(jid, JobState.CANCELLED, f"cancelled at step {r.final_step}",
-                                      finished=time.time(), **fields)
-                self._event(f"{jid} CANCELLED at step {r.final_step}")
-            else:
-                self.store.transition(jid, JobState.QUEUED,
-                                      f"stopped at step {r.final_step} with a checkpoint",
-                                      restarts=rec.restarts + 1, **fields)
-                self._event(f"{jid} stopped at step {r.final_step} for reconfiguration")
+            self._recorded(f"the end of {ended.job_id}'s run", partial(self._record_end, ended, time.time()))
+
+    def _record_end(self, ended: Ended, at: float) -> None:
+        """The job of a run that ended (`at`, when it was collected) goes to its next state.
+        Retried whole while the state file refuses it (`_recorded`), so it writes the store before
+        it changes anything else."""
+        jid, rec = ended.job_id, self.store.get(ended.job_id)
+        if ended.result is None:
+            assert ended.error is not None
+            self._run_failed(rec, ended.error, ended.history)
+        else:
+            self._record_result(rec, ended.result)
+        self.hung.discard(jid)
+        self.observed.pop(jid, None)
+        self.launched.pop(jid, None)
+        asked = self.stopping.pop(jid, None)
+        if asked is not None and ended.result is not None and not ended.result.finished:
+            self._observe_restart(stop_s=at - asked)  # stopped as asked
+        r = ended.result
+        if r is not None and r.aborted:  # stopped before its first step: no worker group to check
+            self._event(f"{jid}: run {r.run_id} stopped before its first step (aborted)")
+        elif r is not None:
+            named = sorted(n for n, g in rec.allocation or [] for _ in range(int(g)))
+            ran = sorted(r.worker_nodes.values())
+            self.placement_checks.append({"job_id": jid, "run_id": r.run_id, "decided": named, "ran": ran})
+            if named != ran:
+                self._event(f"{jid}: workers ran on {ran}, the decision named {named}")
+
+    def _record_result(self, rec: JobRecord, r: RunResult) -> None:
+        """A run that returned: its job SUCCEEDED, CANCELLED (asked for), or QUEUED from the
+        checkpoint it stopped with."""
+        jid = rec.job_id
+        self._save_curve(jid, r.history)
+        fields: dict[str, Any] = {"checkpoint": r.checkpoint, "step": r.final_step, "allocation": None}
+        if r.finished:
+            self.store.transition(jid, JobState.SUCCEEDED, f"finished at step {r.final_step}",
+                                  finished=time.time(), **fields)
+            self._event(f"{jid} SUCCEEDED at step {r.final_step}")
+        elif rec.cancel_requested:
+            self.store.transition(jid, JobState.CANCELLED, f"cancelled at step {r.final_step}",
+                                  finished=time.time(), **fields)
+            self._event(f"{jid} CANCELLED at step {r.final_step}")
+        else:
+            self.store.transition(jid, JobState.QUEUED,
+                                  f"stopped at step {r.final_step} with a checkpoint",
+                                  restarts=rec.restarts + 1, **fields)
+            self._event(f"{jid} stopped at step {r.final_step} for reconfiguration")
 
     def _watch(self) -> None:
         """Step 1: a run with no step for `stall_s` (rank 0 calls in once per step it executes;
@@ -861,7 +892,12 @@ class Scheduler:
     def reconcile(self) -> None:
         """One step of the loop (the module docstring's 1-4)."""
         with self.lock:
+            if not self._flush():  # the store still refuses what happened: decide nothing
+                self._watch()
+                return
             self._collect()
+            if self.unrecorded:
+                return
             everything = self.store.all()
             self._prune(everything)
             self.metrics.update(everything)
@@ -907,12 +943,42 @@ class Scheduler:
                     continue
                 self.launched[jid] = time.time()
                 sps = self._predicted(r, a)
-                self.store.transition(jid, JobState.RUNNING,
-                                      f"launched {a.plan.short()} on {dict(a.gpus_by_node)}",
-                                      plan=a.plan.to_dict(), allocation=[[n, g] for n, g in a.gpus_by_node],
-                                      run_id=run_id, predicted_sps=sps)
                 self._log_action("launch", jid, list(a.gpus_by_node), a.plan.short())
                 self._event(f"{jid} launched: {a.plan.short()} on {dict(a.gpus_by_node)}")
+                if not self._recorded(f"{jid}'s launch", partial(
+                        self.store.transition, jid, JobState.RUNNING,
+                        f"launched {a.plan.short()} on {dict(a.gpus_by_node)}", plan=a.plan.to_dict(),
+                        allocation=[[n, g] for n, g in a.gpus_by_node], run_id=run_id, predicted_sps=sps)):
+                    break  # no more runs the store does not know of
+
+    def _recorded(self, what: str, write: Callable[[], object]) -> bool:
+        """Write what the cluster already did (a run launched, a stop asked for, a run's end).
+        If the state file refuses it (`StoreWriteError`, or `OSError` writing a curve: a full
+        disk, a lock held elsewhere), keep it, in order, for `_flush` to write first at each
+        tick, and return False; until then no tick decides anything (module docstring)."""
+        if not self.unrecorded:
+            try:
+                write()
+                return True
+            except OSError as e:
+                self._event(f"could not record {what} ({e}); written at a later tick, and nothing new "
+                            "is decided until it is")
+        self.unrecorded.append((what, write))
+        return False
+
+    def _flush(self) -> bool:
+        """Write what `_recorded` kept, oldest first; False while the state file still refuses."""
+        while self.unrecorded:
+            what, write = self.unrecorded[0]
+            try:
+                write()
+            except OSError:
+                return False
+            except Exception:  # not the storage: a bug must not hold every later decision back
+                log.exception("recording %s failed; dropped", what)
+            self.unrecorded.pop(0)
+            self._event(f"recorded {what}")
+        return True
 
     def _launch_failed(self, r: JobRecord, e: Exception) -> None:
         """A launch raised before its run started: the cluster's fault leaves the job QUEUED for

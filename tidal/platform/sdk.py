@@ -20,6 +20,7 @@ from tidal.core.policy import Option
 from tidal.core.state import TERMINAL as _TERMINAL_STATES
 from tidal.jobs.spec import JobSpec
 from tidal.platform.scheduler import NAMESPACE, SCHEDULER_NAME, Scheduler, SchedulerConfig
+from tidal.platform.store import StoreWriteError
 
 TERMINAL = frozenset(s.value for s in _TERMINAL_STATES)
 ANSWER_S = 120.0  # how long a client waits for the scheduler (a restart takes seconds)
@@ -57,11 +58,12 @@ def answer_error(e: BaseException) -> BaseException | None:
     """The scheduler's own answer inside a failed call, else None. Its answers to bad input (a
     KeyError: no such job; a ValueError, SpecError included: a bad spec, checkpoint or state)
     reach the caller as Ray's `RayTaskError(SpecError)`, whose text is the actor's whole
-    traceback; the answer is its `cause`, the exception the actor raised."""
+    traceback; the answer is its `cause`, the exception the actor raised. So is a state file
+    that refused the write a call needed (`StoreWriteError`: full, locked, read-only)."""
     from ray.exceptions import RayTaskError
 
     cause = e.cause if isinstance(e, RayTaskError) else None
-    return cause if isinstance(cause, (KeyError, ValueError)) else None
+    return cause if isinstance(cause, (KeyError, ValueError, StoreWriteError)) else None
 
 
 def answer(ref: Any, timeout: float | None = None) -> Any:

@@ -16,15 +16,22 @@ cloudpickled column (a user's model factory and dataset are code).
 Besides jobs the store keeps what the scheduler measured of the cluster itself (`Store.measured`,
 `Store.set_measured`: one JSON value per key; the restart cost's samples,
 `tidal.core.restarts`), so a restarted actor prices its decisions as its predecessor did.
+
+A write the file cannot take (its disk full, a lock someone else holds past SQLite's 5-s busy
+timeout, a read-only mount) is rolled back whole and raised as `StoreWriteError` (an `OSError`)
+naming the file: nothing half-written, and the caller decides what to keep for later
+(`tidal.platform.scheduler` retries what records the cluster's own doings).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -32,7 +39,7 @@ from typing import Any
 from tidal.core.policy import Option
 from tidal.core.state import ALLOWED, JobState
 
-__all__ = ["Event", "JobRecord", "JobState", "Store", "TransitionError", "state_dir"]
+__all__ = ["Event", "JobRecord", "JobState", "Store", "StoreWriteError", "TransitionError", "state_dir"]
 # PRAGMA user_version; 2: PROFILING/REJECTED, events, options as JSON; 3: the online correction's
 # ratio per GPU count (`sps_ratios`; a schema-2 file is migrated in place, its job-wide ratio
 # becoming the ratio of the count the job runs on)
@@ -87,6 +94,10 @@ class Event:
 
 class TransitionError(RuntimeError):
     """A state change the job state machine does not allow."""
+
+
+class StoreWriteError(OSError):
+    """The state file could not take a write (full, locked, read-only); nothing was written."""
 
 
 class Store:
@@ -165,7 +176,7 @@ class Store:
         return JobRecord(**d)
 
     def add(self, rec: JobRecord, note: str = "submitted") -> None:
-        with self._lock:
+        with self._lock, self._writing():
             self._db.execute("BEGIN")
             self._db.execute(_INSERT, self._row(rec))
             self._db.execute("INSERT INTO events VALUES (?, ?, ?, ?, ?)",
@@ -207,12 +218,13 @@ class Store:
             if to is not None:
                 new = replace(new, state=to)
             sets = ", ".join(f"{c} = ?" for c in _COLUMNS if c != "job_id")
-            self._db.execute("BEGIN")
-            self._db.execute(f"UPDATE jobs SET {sets} WHERE job_id = ?", [*self._row(new)[1:], job_id])
-            if to is not None:
-                self._db.execute("INSERT INTO events VALUES (?, ?, ?, ?, ?)",
-                                 (time.time(), job_id, old.state.value, to.value, note))
-            self._db.execute("COMMIT")
+            with self._writing():
+                self._db.execute("BEGIN")
+                self._db.execute(f"UPDATE jobs SET {sets} WHERE job_id = ?", [*self._row(new)[1:], job_id])
+                if to is not None:
+                    self._db.execute("INSERT INTO events VALUES (?, ?, ?, ?, ?)",
+                                     (time.time(), job_id, old.state.value, to.value, note))
+                self._db.execute("COMMIT")
         return new
 
     def events(self, job_id: str) -> list[Event]:
@@ -232,5 +244,18 @@ class Store:
 
     def set_measured(self, key: str, value: Any) -> None:
         """Store `value` (anything JSON can hold) under `key`, replacing what was there."""
-        with self._lock:
+        with self._lock, self._writing():
             self._db.execute("INSERT OR REPLACE INTO measured VALUES (?, ?)", (key, json.dumps(value)))
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """One write: SQLite's error rolled back (SQLite leaves the transaction open after some,
+        a lock held elsewhere among them) and raised as a StoreWriteError naming the file."""
+        try:
+            yield
+        except sqlite3.Error as e:
+            if self._db.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    self._db.execute("ROLLBACK")
+            raise StoreWriteError(f"the Tidal state file {self.path} could not be written "
+                                  f"({type(e).__name__}: {e}); nothing was changed") from None
