@@ -259,3 +259,24 @@ def test_the_ray_job_submit_example_refuses_bad_steps_before_joining_ray(steps: 
     assert r.returncode == 2, r.stderr[-2000:]
     assert r.stderr.strip().splitlines()[-1] == f"submit_job.py: error: {says}", r.stderr[-2000:]
     assert "Traceback" not in r.stderr
+
+
+def test_a_state_file_that_refuses_a_write_is_one_line(tmp_path: Path) -> None:
+    """What the scheduler raises when its state file refuses a write (here a lock another
+    connection holds, as a `sqlite3` shell in a transaction would) reaches the user as one line
+    naming the file, as `tidal submit` prints it (`_one_line_errors`), not a traceback."""
+    import sqlite3
+
+    from tidal.platform.cli import _one_line_errors
+    from tidal.platform.store import JobRecord, Store
+
+    path = tmp_path / "tidal.sqlite"
+    store = Store(path)
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    with pytest.raises(SystemExit) as e, _one_line_errors():
+        store.add(JobRecord(job_id="a", name="a", spec=b"spec"))
+    other.execute("ROLLBACK")
+    said = str(e.value.code)
+    assert said.startswith(f"tidal: the Tidal state file {path} could not be written (OperationalError: "
+                           "database is locked)") and "\n" not in said, said

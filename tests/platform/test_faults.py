@@ -242,6 +242,53 @@ def test_a_state_file_locked_while_a_run_ends_loses_nothing(ray_cluster: Any, tm
         next(started, None)
 
 
+def test_a_launch_the_state_file_refuses_is_written_later_and_never_launched_twice(
+        ray_cluster: Any, tmp_path: Path) -> None:
+    """The state file refuses the write of a launch (a lock held elsewhere) after the run has
+    started. The job stays QUEUED in the store beside its live run while ticks cannot write, and no
+    tick launches it again (before, the next tick did, into the same run directory, orphaning the
+    first run); once the file takes writes the launch is recorded and the job ends SUCCEEDED from
+    one run. A `Scheduler` in the test process, so that the lock is taken before its one tick."""
+    import sqlite3
+
+    from tidal.platform.scheduler import Scheduler, SchedulerConfig
+
+    path = tmp_path / "tidal.sqlite"
+    sched = Scheduler(SchedulerConfig(tick_s=3600.0, state_path=str(path), restart_cost_s=0.0,
+                                      cpus_per_worker=1.0))
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        spec = tiny_gpt_spec(name="refused-launch", total_steps=30)
+        with sched.lock:  # its loop thread, woken by the submit, waits for this
+            jid = sched.submit(spec, (Option(gpus=1, plan=Plan(dp=1, micro_batch=8), samples_per_s=100.0,
+                                             cpus_per_gpu=1.0),))
+            other.execute("BEGIN IMMEDIATE")
+        sched.reconcile()  # launches, and the RUNNING write is refused
+        assert sched.executor.has_run(jid) and sched.store.get(jid).state is JobState.QUEUED
+        run = sched.executor.handles[jid]
+        sched.reconcile()  # still refused: decides nothing, launches nothing
+        assert sched.executor.handles.get(jid) is run and sched.store.get(jid).state is JobState.QUEUED
+        other.execute("ROLLBACK")
+        sched.reconcile()
+        # the launch written first, then (a short run) perhaps its end, in the same tick
+        assert sched.store.get(jid).state in (JobState.RUNNING, JobState.SUCCEEDED)
+        assert sched.executor.handles.get(jid) in (run, None)
+        deadline = time.time() + 300
+        while sched.store.get(jid).state is not JobState.SUCCEEDED:
+            assert time.time() < deadline, sched.store.get(jid)
+            time.sleep(1)
+            sched.reconcile()
+        events = sched.store.events(jid)
+        assert [e.to_state for e in events] == ["QUEUED", "RUNNING", "SUCCEEDED"], events
+        assert sched.store.get(jid).restarts == 0
+        assert any(f"could not record {jid}'s launch" in e for e in sched.events), list(sched.events)
+        assert [m["step"] for m in sched.history(jid)] == list(range(1, 31))
+    finally:
+        if other.in_transaction:
+            other.execute("ROLLBACK")
+        other.close()
+
+
 def test_scheduler_killed_while_a_job_profiles_and_while_one_stops(scheduler: Any) -> None:
     spec_a = tiny_gpt_spec(name=f"fault-a-{uuid.uuid4().hex[:6]}", total_steps=120, max_gpus=4,
                            checkpoint_every=10, d_model=72)  # a workload of its own: profiled
