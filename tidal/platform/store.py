@@ -249,13 +249,17 @@ class Store:
 
     @contextlib.contextmanager
     def _writing(self) -> Iterator[None]:
-        """One write: SQLite's error rolled back (SQLite leaves the transaction open after some,
-        a lock held elsewhere among them) and raised as a StoreWriteError naming the file."""
+        """One write: the file's refusal (SQLite's OperationalError: full, locked, read-only, I/O)
+        rolled back (SQLite leaves the transaction open after some, a lock held elsewhere among
+        them) and raised as a StoreWriteError naming the file. A constraint the write breaks (an
+        IntegrityError: a job id stored twice) is a bug, not the file's, and stays itself."""
         try:
             yield
         except sqlite3.Error as e:
-            if self._db.in_transaction:
+            if self._db.in_transaction:  # either way: an open transaction fails every later BEGIN
                 with contextlib.suppress(sqlite3.Error):
                     self._db.execute("ROLLBACK")
+            if not isinstance(e, sqlite3.OperationalError):
+                raise
             raise StoreWriteError(f"the Tidal state file {self.path} could not be written "
                                   f"({type(e).__name__}: {e}); nothing was changed") from None
