@@ -17,7 +17,10 @@ rows, as the live planner does, unless --no-parts. Per model, fit the performanc
 memory model's fitted terms on at most --fit-rows `ok` rows (default 4, chosen by the same
 selection), predict every other row, and print `perfmodel_mape` (step time of ok rows),
 `memory_mape` (peak memory of ok rows) and last `feasibility_accuracy` (predicted oom — peak
-above --device-mem-gib — against the status, over all rows).
+above --device-mem-gib — against the status, over all rows). --oom-above GIB reads a larger
+GPU's table as a smaller one's: an ok row whose peak is above GIB counts as `oom` (its times
+are not scored), so an H200's rows give an 80-GB H100's feasibility (`--oom-above 79.2
+--device-mem-gib 79.2`); the times stay the larger GPU's.
 
 Memory fit: `tidal.planner.memory.fit_memory` (activation and constant terms, non-negative
 least squares); where the fit rows cannot separate checkpointed from plain activations they are
@@ -114,9 +117,9 @@ REQUIRED = ("model", "params", "zero_stage", "offload", "act_ckpt", "micro_batch
             "tokens_per_s", "peak_alloc_gib", "status")
 
 
-def read_rows(path: Path) -> list[Row]:
-    """The table's rows; a missing file, a missing column or a value that is not a number stops
-    the run with one line naming it."""
+def read_rows(path: Path, oom_above_gib: float | None = None) -> list[Row]:
+    """The table's rows (an ok row whose peak is above `oom_above_gib` read as `oom`); a missing
+    file, a missing column or a value that is not a number stops the run with one line naming it."""
     if not path.is_file():
         raise SystemExit(f"--measurements: {path}: no such file")
     with path.open() as f:
@@ -124,7 +127,7 @@ def read_rows(path: Path) -> list[Row]:
         if missing := [c for c in REQUIRED if c not in (reader.fieldnames or [])]:
             raise SystemExit(f"{path}: missing column(s) {', '.join(missing)}")
         try:
-            rows = _rows(path, reader)
+            rows = _rows(path, reader, oom_above_gib)
         except ValueError as e:
             raise SystemExit(f"{path}, line {reader.line_num}: {e}") from None
     if not rows:
@@ -147,7 +150,7 @@ def _num(r: dict[str, str], col: str, *, integer: bool = False, empty: float | N
     return x
 
 
-def _rows(path: Path, reader: csv.DictReader[str]) -> list[Row]:
+def _rows(path: Path, reader: csv.DictReader[str], oom_above_gib: float | None) -> list[Row]:
     out = []
     for r in reader:
         num = partial(_num, r)
@@ -165,7 +168,8 @@ def _rows(path: Path, reader: csv.DictReader[str]) -> list[Row]:
             r.get(c) for c in ("fwd_s", "bwd_s", "opt_s")) else None
         ratio = num("ckpt_ratio") if r.get("ckpt_ratio") else None
         params = int(num("params", integer=True, empty=0))  # empty on an oom row
-        out.append(Row(r["model"], params, plan, seq, batch, step, peak, r["status"],
+        status = "oom" if ok and oom_above_gib is not None and peak > oom_above_gib * 2**30 else r["status"]
+        out.append(Row(r["model"], params, plan, seq, batch, step, peak, status,
                        parts, ratio))  # type: ignore[arg-type]
     # an `oom` row may leave params (and the times) empty: the model's other rows give them, and
     # its global batch (an oom row has no tokens_per_s to read it from)
@@ -198,8 +202,9 @@ def regret(predicted: list[float], measured: list[float]) -> float:
 
 
 def measurements(path: Path, fit_rows: int, precision: str, device_gib: float, use_parts: bool = True,
-                 count_ckpt: bool = True, verbose: bool = False) -> tuple[float, float, float, float]:
-    rows = read_rows(path)
+                 count_ckpt: bool = True, verbose: bool = False,
+                 oom_above_gib: float | None = None) -> tuple[float, float, float, float]:
+    rows = read_rows(path, oom_above_gib)
     # a GPU table (allocator peaks) runs on an asynchronous device; a CPU table's host and
     # "device" are the same cores, as the live planner's CPU profiles (`fitting.fit_job`)
     hw = Hardware(cpu_threads_per_gpu=1, async_device=count_ckpt)
@@ -363,6 +368,9 @@ def main() -> None:
     ap.add_argument("--fit-rows", type=count(1), default=None)
     ap.add_argument("--precision", choices=["bf16", "fp32"], default="bf16")
     ap.add_argument("--device-mem-gib", type=amount(), default=80.0)
+    ap.add_argument("--oom-above", type=amount(), default=None, metavar="GIB",
+                    help="--measurements: read ok rows whose peak is above GIB as oom (a larger GPU's "
+                         "table as a smaller GPU's)")
     ap.add_argument("--no-parts", action="store_true",
                     help="--measurements: fit on step times alone even where the table has the "
                          "profiler's fwd_s, bwd_s, opt_s columns")
@@ -396,7 +404,8 @@ def main() -> None:
     elif args.measurements:
         step, mem, feas, plan_regret = measurements(args.measurements, args.fit_rows or 4, args.precision,
                                        args.device_mem_gib, use_parts=not args.no_parts,
-                                       count_ckpt=args.peaks == "allocated", verbose=args.verbose)
+                                       count_ckpt=args.peaks == "allocated", verbose=args.verbose,
+                                       oom_above_gib=args.oom_above)
         print(f"plan_regret: {plan_regret:.4f}")
         print(f"perfmodel_mape: {step:.4f}")
         print(f"memory_mape: {mem:.4f}")

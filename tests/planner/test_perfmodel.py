@@ -313,3 +313,31 @@ def test_the_accuracy_benchmark_names_a_table_with_no_rows(tmp_path: Path) -> No
                        capture_output=True, text=True, timeout=120, cwd=root)
     assert r.returncode == 1
     assert r.stderr.strip().splitlines()[-1] == f"{empty}: no rows under the header", r.stderr[-2000:]
+
+
+def test_the_accuracy_benchmark_reads_a_larger_gpus_table_as_a_smaller_ones(tmp_path: Path) -> None:
+    """--oom-above GIB: the rows of the H200 table whose allocator peak is above an 80-GB H100's
+    79.2 GiB count as oom (not scored for time; their feasibility is checked), every other row
+    as it was."""
+    import csv
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    table = root / "benchmarks" / "data" / "gpt2-h200-profiler.csv"
+    with table.open() as f:
+        rows = list(csv.DictReader(f))
+    above = sum(float(r["peak_alloc_gib"]) > 79.2 for r in rows)
+    assert 0 < above < len(rows)
+
+    def scored(*flags: str) -> tuple[int, int]:  # (oom rows, rows scored for time) in the -v listing
+        r = subprocess.run([sys.executable, "benchmarks/perfmodel_accuracy.py", "--measurements", str(table),
+                            "-v", *flags], capture_output=True, text=True, timeout=300, cwd=root)
+        assert r.returncode == 0, r.stderr[-2000:]
+        listing = [line for line in r.stdout.splitlines() if line.startswith("  dp1-")]
+        assert len(listing) == len(rows), r.stdout
+        assert r.stdout.splitlines()[-1].startswith("feasibility_accuracy: ")
+        return sum(" oom " in line for line in listing), sum(line.count(" s ") >= 2 for line in listing)
+
+    assert scored("--device-mem-gib", "139") == (0, len(rows))
+    assert scored("--device-mem-gib", "79.2", "--oom-above", "79.2") == (above, len(rows) - above)
