@@ -289,6 +289,65 @@ def test_a_launch_the_state_file_refuses_is_written_later_and_never_launched_twi
         other.close()
 
 
+def test_a_stop_the_state_file_refuses_is_written_before_the_runs_end(
+        ray_cluster: Any, tmp_path: Path) -> None:
+    """The state file refuses the record of a stop (a lock held elsewhere) after the run was asked
+    to stop. While it refuses, the job stays RUNNING in the store, its ended run is not collected
+    and nothing else launches; once the file takes writes the stop is written first, then the
+    run's end (the job requeued from its checkpoint), then the job that asked for the GPUs is
+    launched. Both end SUCCEEDED, the stopped job's curve that of one uninterrupted run."""
+    import sqlite3
+
+    from tidal.core.policy import PolicyConfig
+    from tidal.platform.scheduler import Scheduler, SchedulerConfig
+
+    path = tmp_path / "tidal.sqlite"
+    sched = Scheduler(SchedulerConfig(tick_s=3600.0, state_path=str(path), restart_cost_s=0.0,
+                                      cpus_per_worker=1.0, policy=PolicyConfig(aging_s=1e6)))
+    other = sqlite3.connect(path, isolation_level=None)
+    four = Plan(dp=4, micro_batch=2)
+
+    def tick_until(done: Any, what: str, timeout: float = 300) -> None:
+        deadline = time.time() + timeout
+        while not done():
+            assert time.time() < deadline, (what, [sched.store.get(j) for j in (a, b) if j])
+            sched.reconcile()
+            time.sleep(1)
+
+    try:
+        spec_a = tiny_gpt_spec(name="refused-stop-a", total_steps=300, max_gpus=4, checkpoint_every=10)
+        a = sched.submit(spec_a, (Option(gpus=4, plan=four, samples_per_s=100.0, cpus_per_gpu=1.0),))
+        b = ""
+        tick_until(lambda: sched.store.get(a).step >= 5, "A to train")
+        spec_b = tiny_gpt_spec(name="refused-stop-b", total_steps=20, max_gpus=4, seed=1)
+        with sched.lock:  # its loop thread, woken by the submit, waits for this
+            b = sched.submit(spec_b, (Option(gpus=4, plan=four, samples_per_s=1e4, cpus_per_gpu=1.0),))
+            other.execute("BEGIN IMMEDIATE")
+        sched.reconcile()  # B's rate asks for A's GPUs: A is asked to stop, and the write is refused
+        assert a in sched.stopping, "\n".join([str(sched.reasons), *sched.events])
+        assert sched.store.get(a).state is JobState.RUNNING
+        assert [what for what, _ in sched.unrecorded] == [f"{a}'s stop"]
+        wait(lambda: not _train_workers(), "A's run to stop while the file is locked", 180)
+        sched.reconcile()  # still refused: A's ended run is not collected, B not launched
+        assert sched.store.get(a).state is JobState.RUNNING and not sched.executor.has_run(b)
+        assert sched.executor.has_run(a)  # the ended run, kept until its end can be written
+        other.execute("ROLLBACK")
+        tick_until(lambda: sched.executor.has_run(b), "B to launch once the file takes writes")
+        assert [e.to_state for e in sched.store.events(a)][:4] == ["QUEUED", "RUNNING", "STOPPING", "QUEUED"]
+        tick_until(lambda: all(sched.store.get(j).state is JobState.SUCCEEDED for j in (a, b)),
+                   "A and B to succeed", 600)
+        assert [e.to_state for e in sched.store.events(a)] == \
+            ["QUEUED", "RUNNING", "STOPPING", "QUEUED", "RUNNING", "SUCCEEDED"], sched.store.events(a)
+        assert [e.to_state for e in sched.store.events(b)] == ["QUEUED", "RUNNING", "SUCCEEDED"]
+        assert any(f"could not record {a}'s stop" in e for e in sched.events), list(sched.events)
+        assert any(f"recorded {a}'s stop" in e for e in sched.events), list(sched.events)
+        assert_same_curve(spec_a, sched.history(a))
+    finally:
+        if other.in_transaction:
+            other.execute("ROLLBACK")
+        other.close()
+
+
 def test_scheduler_killed_while_a_job_profiles_and_while_one_stops(scheduler: Any) -> None:
     spec_a = tiny_gpt_spec(name=f"fault-a-{uuid.uuid4().hex[:6]}", total_steps=120, max_gpus=4,
                            checkpoint_every=10, d_model=72)  # a workload of its own: profiled
