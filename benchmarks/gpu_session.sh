@@ -29,6 +29,7 @@ set -u
 steps=("$@")
 if [ "${steps[0]:-}" = prepare ]; then  # here, not on the device
   [ ${#steps[@]} -eq 1 ] || { echo "gpu_session.sh: prepare runs alone, here; the other steps run on the device" >&2; exit 2; }
+  [ -x "${PYTHON:-.venv/bin/python}" ] || { echo "gpu_session.sh: prepare needs tidal's Python: run 'make setup' first (or set PYTHON)" >&2; exit 2; }
   bash ../shared/device/make-bundle.sh || exit
   # tidal's own fetch (pip download of the sdist, SHA-256 checked) into the bundle's data folder
   TIDAL_CACHE=$PWD/.devbundle/data "${PYTHON:-.venv/bin/python}" -c \
