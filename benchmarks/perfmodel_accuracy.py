@@ -117,9 +117,9 @@ REQUIRED = ("model", "params", "zero_stage", "offload", "act_ckpt", "micro_batch
             "tokens_per_s", "peak_alloc_gib", "status")
 
 
-def read_rows(path: Path, oom_above_gib: float | None = None) -> list[Row]:
-    """The table's rows (an ok row whose peak is above `oom_above_gib` read as `oom`); a missing
-    file, a missing column or a value that is not a number stops the run with one line naming it."""
+def read_rows(path: Path) -> list[Row]:
+    """The table's rows; a missing file, a missing column or a value that is not a number stops
+    the run with one line naming it."""
     if not path.is_file():
         raise SystemExit(f"--measurements: {path}: no such file")
     with path.open() as f:
@@ -127,7 +127,7 @@ def read_rows(path: Path, oom_above_gib: float | None = None) -> list[Row]:
         if missing := [c for c in REQUIRED if c not in (reader.fieldnames or [])]:
             raise SystemExit(f"{path}: missing column(s) {', '.join(missing)}")
         try:
-            rows = _rows(path, reader, oom_above_gib)
+            rows = _rows(path, reader)
         except ValueError as e:
             raise SystemExit(f"{path}, line {reader.line_num}: {e}") from None
     if not rows:
@@ -150,7 +150,7 @@ def _num(r: dict[str, str], col: str, *, integer: bool = False, empty: float | N
     return x
 
 
-def _rows(path: Path, reader: csv.DictReader[str], oom_above_gib: float | None) -> list[Row]:
+def _rows(path: Path, reader: csv.DictReader[str]) -> list[Row]:
     out = []
     for r in reader:
         num = partial(_num, r)
@@ -168,8 +168,7 @@ def _rows(path: Path, reader: csv.DictReader[str], oom_above_gib: float | None) 
             r.get(c) for c in ("fwd_s", "bwd_s", "opt_s")) else None
         ratio = num("ckpt_ratio") if r.get("ckpt_ratio") else None
         params = int(num("params", integer=True, empty=0))  # empty on an oom row
-        status = "oom" if ok and oom_above_gib is not None and peak > oom_above_gib * 2**30 else r["status"]
-        out.append(Row(r["model"], params, plan, seq, batch, step, peak, status,
+        out.append(Row(r["model"], params, plan, seq, batch, step, peak, r["status"],
                        parts, ratio))  # type: ignore[arg-type]
     # an `oom` row may leave params (and the times) empty: the model's other rows give them, and
     # its global batch (an oom row has no tokens_per_s to read it from)
@@ -204,7 +203,10 @@ def regret(predicted: list[float], measured: list[float]) -> float:
 def measurements(path: Path, fit_rows: int, precision: str, device_gib: float, use_parts: bool = True,
                  count_ckpt: bool = True, verbose: bool = False,
                  oom_above_gib: float | None = None) -> tuple[float, float, float, float]:
-    rows = read_rows(path, oom_above_gib)
+    rows = read_rows(path)
+    if oom_above_gib is not None:  # a larger GPU's table read as a smaller one's (its batch kept)
+        rows = [replace(r, status="oom") if r.status == "ok" and r.peak > oom_above_gib * 2**30 else r
+                for r in rows]
     # a GPU table (allocator peaks) runs on an asynchronous device; a CPU table's host and
     # "device" are the same cores, as the live planner's CPU profiles (`fitting.fit_job`)
     hw = Hardware(cpu_threads_per_gpu=1, async_device=count_ckpt)
