@@ -24,6 +24,7 @@ import statistics
 import time
 from dataclasses import replace
 
+from tidal.core.gcpause import paused_gc
 from tidal.core.policy import Allocation, JobView, Node, Option, Snapshot, decide
 from tidal.jobs import Plan
 
@@ -95,7 +96,8 @@ def main() -> None:
     for _ in range(args.rounds):
         fresh = cold(snap)
         t0 = time.perf_counter()
-        d = decide(fresh)
+        with paused_gc():  # as the scheduler and the simulator call it
+            d = decide(fresh)
         times.append(1e3 * (time.perf_counter() - t0))
     used = sum(a.gpus for a in d.allocations.values())
     print(f"{args.jobs} jobs, {args.gpus} GPUs: {len(d.allocations)} run on {used} GPUs, "

@@ -9,7 +9,6 @@ import random
 
 import pytest
 
-from tidal.core import policy
 from tidal.core.policy import (
     Allocation,
     Decision,
@@ -18,17 +17,15 @@ from tidal.core.policy import (
     Option,
     PolicyConfig,
     Snapshot,
-    _knapsack,
-    _knapsack_dp,
-    _knapsack_greedy,
-    _phase2,
-    _upper_hull,
     decide,
     flat_utilities,
     predicted,
     utilities,
     utility,
 )
+from tidal.core.policy import knapsack as knapsack_module
+from tidal.core.policy.counts import phase2
+from tidal.core.policy.knapsack import DP_ITEMS, knapsack, knapsack_dp, knapsack_greedy, upper_hull
 from tidal.jobs import Plan
 
 
@@ -151,8 +148,8 @@ def test_the_greedy_knapsack_is_within_one_item_of_the_dp(seed: int) -> None:
     rng = random.Random(seed)
     items = _items(seed, rng.randint(20, 300))
     cap = rng.randint(16, 512)
-    dp_w, dp_u = _value(items, _knapsack_dp(items, cap))
-    gr_w, gr_u = _value(items, _knapsack_greedy(items, cap))
+    dp_w, dp_u = _value(items, knapsack_dp(items, cap))
+    gr_w, gr_u = _value(items, knapsack_greedy(items, cap))
     assert dp_w <= cap and gr_w <= cap
     assert gr_u <= dp_u * (1 + 1e-9)
     top = max(max(c[1] for c in choices) for _, choices in items)
@@ -162,12 +159,12 @@ def test_the_greedy_knapsack_is_within_one_item_of_the_dp(seed: int) -> None:
 
 def _greedy_by_hull_walk(items: Items, capacity: int, owned: int | None,
                          price_factor: float) -> dict[str, int]:
-    """The greedy as first written, `_upper_hull` walked for every item and the increments taken
-    one by one: the reference for `_knapsack_greedy`, which computes the increments of items
+    """The greedy as first written, `upper_hull` walked for every item and the increments taken
+    one by one: the reference for `knapsack_greedy`, which computes the increments of items
     already concave with numpy and takes the leading ones at once."""
     inc = []  # (efficiency, item, step, choice, dw, du)
     for k, (_, choices) in enumerate(items):
-        hw, hu, hc = _upper_hull(choices, capacity)
+        hw, hu, hc = upper_hull(choices, capacity)
         inc += [((hu[s] - hu[s - 1]) / (hw[s] - hw[s - 1]), k, s, hc[s], hw[s] - hw[s - 1], hu[s] - hu[s - 1])
                 for s in range(1, len(hw))]
     inc.sort(key=lambda x: x[0], reverse=True)  # stable: ties in (item, step) order
@@ -216,22 +213,20 @@ def test_the_greedy_knapsack_equals_its_plain_hull_walk(seed: int) -> None:
     cap = rng.randint(0, 240)
     owned = rng.choice([None, cap, rng.randint(0, cap)])
     price = rng.choice([0.0, 0.5, 5.0])
-    assert _knapsack_greedy(items, cap, owned, price) == _greedy_by_hull_walk(items, cap, owned, price)
+    assert knapsack_greedy(items, cap, owned, price) == _greedy_by_hull_walk(items, cap, owned, price)
 
 
 def test_many_items_on_few_gpus_take_the_greedy_within_one_item() -> None:
     """Past `DP_ITEMS` items the greedy answers even where the DP's cells would be few (the
     DP's cost there is per item); the gap to the DP stays within one item's value."""
-    from tidal.core.policy import DP_ITEMS, _knapsack
-
     items = _items(11, DP_ITEMS + 200)
-    assert _knapsack(items, 16) == _knapsack_greedy(items, 16)
-    _, dp_u = _value(items, _knapsack_dp(items, 16))
-    gr_w, gr_u = _value(items, _knapsack(items, 16))
+    assert knapsack(items, 16) == knapsack_greedy(items, 16)
+    _, dp_u = _value(items, knapsack_dp(items, 16))
+    gr_w, gr_u = _value(items, knapsack(items, 16))
     top = max(max(c[1] for c in choices) for _, choices in items)
     assert gr_w <= 16 and dp_u - top - 1e-9 <= gr_u <= dp_u * (1 + 1e-9)
     small = items[:DP_ITEMS]
-    assert _knapsack(small, 16) == _knapsack_dp(small, 16)
+    assert knapsack(small, 16) == knapsack_dp(small, 16)
 
 
 def _jobs_for_phase2(seed: int, n: int) -> list[JobView]:
@@ -267,10 +262,10 @@ def test_flat_utilities_are_the_utilities_of_each_job(seed: int) -> None:
 @pytest.mark.parametrize("greedy", [False, True])
 def test_phase2_takes_what_the_knapsack_takes_over_each_jobs_choices(
         seed: int, greedy: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`_phase2` builds its items as arrays; the knapsack over the same items built job by job
+    """`phase2` builds its items as arrays; the knapsack over the same items built job by job
     (best-effort: every option; with a floor: the upgrades above it) picks the same."""
     if greedy:
-        monkeypatch.setattr(policy, "DP_ITEMS", 0)
+        monkeypatch.setattr(knapsack_module, "DP_ITEMS", 0)
     rng = random.Random(seed)
     jobs = _jobs_for_phase2(seed, 40)
     floor = {j.job_id: rng.randrange(len(j.options)) for j in jobs if rng.random() < 0.3}
@@ -285,25 +280,25 @@ def test_phase2_takes_what_the_knapsack_takes_over_each_jobs_choices(
             base = j.options[f].gpus
             items.append((j, [(o.gpus - base, u[i] - u[f], i) for i, o in enumerate(j.options) if i > f]))
     cap, owned = rng.choice([(64, 64), (200, 150), (17, 9)])
-    expected = _knapsack(items, cap, owned=owned, lent_price_factor=0.3)
-    assert _phase2(jobs, floor, cap, owned, 0.3, 2e4, cfg) == expected
+    expected = knapsack(items, cap, owned=owned, lent_price_factor=0.3)
+    assert phase2(jobs, floor, cap, owned, 0.3, 2e4, cfg) == expected
     assert expected  # something fits
 
 
 def test_the_greedy_knapsack_takes_nothing_where_nothing_fits() -> None:
     job = JobView(job_id="a", arrival=0.0, options=(Option(gpus=4, plan=Plan(dp=4), samples_per_s=4.0),))
-    assert _knapsack_greedy([], 8) == {}
-    assert _knapsack_greedy([(job, [])], 8) == {}
-    assert _knapsack_greedy([(job, [(4, 1.0, 0)])], 3) == {}
-    assert _knapsack_greedy([(job, [(4, 1.0, 0)])], 4) == {"a": 0}
+    assert knapsack_greedy([], 8) == {}
+    assert knapsack_greedy([(job, [])], 8) == {}
+    assert knapsack_greedy([(job, [(4, 1.0, 0)])], 3) == {}
+    assert knapsack_greedy([(job, [(4, 1.0, 0)])], 4) == {"a": 0}
 
 
 def test_the_greedy_knapsack_prices_lent_gpus_like_the_dp() -> None:
     """With lent GPUs the greedy takes them only when their gain beats their price: free lent
     GPUs (price 0) are all used when useful, dear ones (a huge price) never."""
     items = _items(7, 200)
-    free_w, _ = _value(items, _knapsack_greedy(items, 256, owned=128, lent_price_factor=0.0))
-    dear_w, _ = _value(items, _knapsack_greedy(items, 256, owned=128, lent_price_factor=1e6))
+    free_w, _ = _value(items, knapsack_greedy(items, 256, owned=128, lent_price_factor=0.0))
+    dear_w, _ = _value(items, knapsack_greedy(items, 256, owned=128, lent_price_factor=1e6))
     assert free_w > 128 >= dear_w
 
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from tests.core.test_policy import _job
-from tidal.core.policy import Allocation, Node, Plan, PolicyConfig, Snapshot
+from tidal.core.policy import Allocation, Node, PolicyConfig, Snapshot
+from tidal.jobs import Plan
 from tidal.sim import baselines
 
 

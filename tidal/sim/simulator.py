@@ -54,6 +54,7 @@ import numpy as np
 from tidal.core import policy as tidal_policy
 from tidal.core.controller import ActionRecord, Policy, reconcile_step
 from tidal.core.correction import Correction, CorrectionConfig, corrected, observe
+from tidal.core.gcpause import paused_gc
 from tidal.core.policy import Allocation, JobView, Node, Option, PolicyConfig, Snapshot
 from tidal.core.state import JobState
 from tidal.jobs.spec import Plan
@@ -255,7 +256,8 @@ class Simulator:
             snap = Snapshot(now=t, nodes=self._nodes(), jobs=tuple(self._view(j, t) for j in active.values()),
                             config=self.cfg.policy)
             t0 = time.perf_counter()
-            actions = reconcile_step(snap, phases, self.policy.decide)
+            with paused_gc():  # a round's garbage is freed by reference counting (`tidal.core.gcpause`)
+                actions = reconcile_step(snap, phases, self.policy.decide)
             result.round_ms.append(1e3 * (time.perf_counter() - t0))
             for jid in actions.stop:
                 job = active[jid]
