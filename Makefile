@@ -35,6 +35,7 @@ demo: data
 lint: $(STAMP)
 	$(BIN)/ruff check tidal tests benchmarks examples
 	$(BIN)/mypy tidal benchmarks
+	$(BIN)/lint-imports  # the layers: [tool.importlinter] in pyproject.toml
 
 test: data lint
 	$(BIN)/pytest -q --durations=20

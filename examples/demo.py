@@ -189,7 +189,7 @@ def main() -> int:
 
     from tidal.platform import sdk
     from tidal.platform.cli import format_pools
-    from tidal.platform.scheduler import SchedulerConfig
+    from tidal.platform.config import SchedulerConfig
     from tidal.platform.timeline import (
         job_story,
         lent_gpu_seconds,

@@ -46,7 +46,7 @@ from tests.platform.ray_restart_scenario import wait  # the nodes seen are in OU
 from tidal.core.policy import PolicyConfig
 from tidal.jobs import Plan
 from tidal.platform import sdk
-from tidal.platform.scheduler import SchedulerConfig
+from tidal.platform.config import SchedulerConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "cluster-local.yaml"

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tidal.core.policy import PolicyConfig
-from tidal.platform.scheduler import SchedulerConfig
+from tidal.platform.config import SchedulerConfig
 
 
 def wait(pred: Callable[[], Any], what: str, timeout: float = 300.0) -> None:

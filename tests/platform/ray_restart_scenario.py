@@ -24,7 +24,7 @@ from ray.cluster_utils import Cluster
 from tests.conftest import tiny_gpt_spec
 from tidal.core.policy import PolicyConfig
 from tidal.platform import sdk
-from tidal.platform.scheduler import SchedulerConfig
+from tidal.platform.config import SchedulerConfig
 
 RUN = dict(name="restart-r", total_steps=80, max_gpus=1, checkpoint_every=10)  # job R's spec
 

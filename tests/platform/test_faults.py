@@ -27,7 +27,7 @@ from tidal.core.policy import Option
 from tidal.jobs import Plan
 from tidal.jobs.runner import Resources, launch
 from tidal.platform import sdk
-from tidal.platform.scheduler import NAMESPACE, SCHEDULER_NAME
+from tidal.platform.config import NAMESPACE, SCHEDULER_NAME
 from tidal.platform.store import JobRecord, JobState, Store
 
 pytestmark = pytest.mark.integration
@@ -170,7 +170,7 @@ def test_a_stray_state_file_stops_the_scheduler_in_one_line(ray_cluster: Any, tm
     the CLI say why in one line at once (not after the SDK's 120-s wait for an actor that
     restarts); the file is left as it was, and a scheduler on a good file starts afterwards."""
     from tidal.platform import cli
-    from tidal.platform.scheduler import SchedulerConfig
+    from tidal.platform.config import SchedulerConfig
 
     stray = tmp_path / "stray" / "tidal.sqlite"
     stray.parent.mkdir()
@@ -251,7 +251,8 @@ def test_a_launch_the_state_file_refuses_is_written_later_and_never_launched_twi
     one run. A `Scheduler` in the test process, so that the lock is taken before its one tick."""
     import sqlite3
 
-    from tidal.platform.scheduler import Scheduler, SchedulerConfig
+    from tidal.platform.config import SchedulerConfig
+    from tidal.platform.scheduler import Scheduler
 
     path = tmp_path / "tidal.sqlite"
     sched = Scheduler(SchedulerConfig(tick_s=3600.0, state_path=str(path), restart_cost_s=0.0,
@@ -299,7 +300,8 @@ def test_a_stop_the_state_file_refuses_is_written_before_the_runs_end(
     import sqlite3
 
     from tidal.core.policy import PolicyConfig
-    from tidal.platform.scheduler import Scheduler, SchedulerConfig
+    from tidal.platform.config import SchedulerConfig
+    from tidal.platform.scheduler import Scheduler
 
     path = tmp_path / "tidal.sqlite"
     sched = Scheduler(SchedulerConfig(tick_s=3600.0, state_path=str(path), restart_cost_s=0.0,
@@ -324,9 +326,9 @@ def test_a_stop_the_state_file_refuses_is_written_before_the_runs_end(
             b = sched.submit(spec_b, (Option(gpus=4, plan=four, samples_per_s=1e4, cpus_per_gpu=1.0),))
             other.execute("BEGIN IMMEDIATE")
         sched.reconcile()  # B's rate asks for A's GPUs: A is asked to stop, and the write is refused
-        assert a in sched.stopping, "\n".join([str(sched.reasons), *sched.events])
+        assert sched.runs.stopping(a), "\n".join([str(sched.reasons), *sched.events])
         assert sched.store.get(a).state is JobState.RUNNING
-        assert [what for what, _ in sched.unrecorded] == [f"{a}'s stop"]
+        assert [what for what, _ in sched.recorder.pending] == [f"{a}'s stop"]
         wait(lambda: not _train_workers(), "A's run to stop while the file is locked", 180)
         sched.reconcile()  # still refused: A's ended run is not collected, B not launched
         assert sched.store.get(a).state is JobState.RUNNING and not sched.executor.has_run(b)

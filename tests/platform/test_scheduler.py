@@ -28,15 +28,10 @@ from tidal.jobs import Plan, SpecError
 from tidal.jobs.checkpoint import META_FILE
 from tidal.jobs.runner import Resources, launch
 from tidal.platform import sdk
-from tidal.platform.scheduler import (
-    NAMESPACE,
-    SCHEDULER_NAME,
-    SchedulerConfig,
-    _error_text,
-    compute_steps,
-    error_note,
-    resume_source,
-)
+from tidal.platform.config import NAMESPACE, SCHEDULER_NAME, SchedulerConfig
+from tidal.platform.errors import error_note, error_text
+from tidal.platform.runs import compute_steps
+from tidal.platform.scheduler import resume_source
 from tidal.platform.store import JobRecord, JobState, Store
 
 integration = pytest.mark.integration
@@ -234,20 +229,20 @@ def test_a_failed_runs_note_names_the_workers_error_not_the_wrapper() -> None:
         "Training failed due to worker errors:\n[Rank 0 Error Snippet]:\nTraceback (most recent call "
         'last):\n  File "tidal/jobs/worker.py", line 261, in trained\n    raise NonFiniteLoss(...)\n'
         "tidal.jobs.worker.NonFiniteLoss: non-finite loss at step 30: nan\n\n")
-    stored, note = _error_text(wrapped)
+    stored, note = error_text(wrapped)
     assert note == "tidal.jobs.worker.NonFiniteLoss: non-finite loss at step 30: nan"
     assert stored.startswith("WorkerGroupError: Training failed") and "line 261" in stored
     class ControllerError(RuntimeError):
         pass
 
-    _, note = _error_text(ControllerError("Training failed due to controller error:\n"
+    _, note = error_text(ControllerError("Training failed due to controller error:\n"
                                           "[Errno 28] No space left on device"))
     assert note == ("ControllerError: Training failed due to controller error: "
                     "[Errno 28] No space left on device")
     # without a traceback, the first line; long texts are cut, the stored one keeps its end
-    stored, note = _error_text(ValueError("bad plan\ndetails"))
+    stored, note = error_text(ValueError("bad plan\ndetails"))
     assert (stored, note) == ("ValueError: bad plan\ndetails", "ValueError: bad plan")
-    stored, note = _error_text(ValueError("x" * 5000))
+    stored, note = error_text(ValueError("x" * 5000))
     assert len(note) == 160 and len(stored) == 4000 and stored.endswith("x")
 
 
@@ -261,7 +256,7 @@ def test_a_failed_runs_note_names_the_workers_error_not_the_wrapper() -> None:
 def test_the_stored_error_has_the_note_of_the_event(error: Exception) -> None:
     """`tidal status` reads its error line off the stored text (`error_note`), `tidal events` got
     the note when the run failed: the same line, however long the text was."""
-    stored, note = _error_text(error)
+    stored, note = error_text(error)
     assert len(stored) <= 4000 and error_note(stored) == note and note
 
 

@@ -34,7 +34,7 @@ def test_lent_gpus_go_back_to_serve_on_a_surge(ray_cluster: Any, inference_node:
     from tidal.jobs.runner import Resources, launch
     from tidal.platform import sdk
     from tidal.platform.cli import format_pools
-    from tidal.platform.scheduler import SchedulerConfig
+    from tidal.platform.config import SchedulerConfig
     from tidal.serving.app import gpt_app
     from tidal.serving.demand import replicas_running, replicas_wanted
     from tidal.serving.loans import LoanConfig

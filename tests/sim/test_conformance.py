@@ -89,7 +89,7 @@ def test_live_and_simulated_executors_take_the_same_actions(ray_cluster: Any, tm
     import ray
 
     from tidal.platform import sdk
-    from tidal.platform.scheduler import SchedulerConfig
+    from tidal.platform.config import SchedulerConfig
 
     # no online correction: the simulator's would measure its table, the live one this CPU; the
     # suite compares the decisions of the shared code on the same inputs

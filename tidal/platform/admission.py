@@ -44,6 +44,18 @@ class Stage(enum.Enum):
     PROFILING = "profiling"
 
 
+# The moves `tidal.platform.admitter.Admitter` may make between stages (None: no admission yet).
+# An admission may end from any stage (QUEUED, REJECTED, cancelled, or lost with the actor); a
+# fault of the cluster ends it and starts a new one at SIZING.
+ALLOWED: dict[Stage | None, frozenset[Stage]] = {
+    None: frozenset({Stage.SIZING}),
+    Stage.SIZING: frozenset({Stage.SHARING, Stage.WAITING, Stage.PROFILING}),
+    Stage.SHARING: frozenset({Stage.SHARING, Stage.SIZING}),
+    Stage.WAITING: frozenset({Stage.WAITING, Stage.SHARING, Stage.PROFILING}),
+    Stage.PROFILING: frozenset(),
+}
+
+
 @dataclass(frozen=True, kw_only=True)
 class Admission:
     """Where one PROFILING job's admission is: its stage, the task running it, its reservation."""
@@ -103,7 +115,7 @@ def _watch_owner(incarnation: str, every_s: float = 2.0) -> None:
     with it the placement group, along (both are owned by it)."""
     import os
 
-    from tidal.platform.scheduler import NAMESPACE, SCHEDULER_NAME
+    from tidal.platform.config import NAMESPACE, SCHEDULER_NAME
 
     def loop() -> None:
         while True:

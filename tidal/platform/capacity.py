@@ -21,7 +21,7 @@ counted once.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -100,3 +100,16 @@ def build_nodes(ray_nodes: Sequence[Mapping[str, Any]], available: Mapping[str, 
                         pool=pool,
                         recallable=pool == "inference", recall_risk=recall_risk))
     return sorted(out, key=lambda x: x.node_id)
+
+
+def held_by_node(allocations: Iterable[Sequence[Sequence[Any]] | None],
+                 cpus_per_gpu: float) -> dict[str, Held]:
+    """What runs hold per node, summed over their allocations ([[node, GPUs], ...]): GPUs, and
+    `cpus_per_gpu` CPUs per GPU. The scheduler's one sum over RUNNING and STOPPING jobs, for the
+    snapshot, profile reservations and the loan step alike."""
+    held: dict[str, Held] = {}
+    for alloc in allocations:
+        for nid, g in alloc or []:
+            h = held.get(nid, Held())
+            held[nid] = Held(gpus=h.gpus + float(g), cpus=h.cpus + float(g) * cpus_per_gpu)
+    return held

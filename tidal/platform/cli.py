@@ -281,7 +281,7 @@ def cmd_start(args: argparse.Namespace) -> int:
     GPT Serve application on the inference pool (--serve-model alone: untrained weights of that
     shape, which measure serving capacity). Idempotent: an existing actor is reused."""
     from tidal.platform import sdk
-    from tidal.platform.scheduler import SchedulerConfig
+    from tidal.platform.config import SchedulerConfig
 
     config = None
     app = None

@@ -19,7 +19,8 @@ import ray
 from tidal.core.policy import Option
 from tidal.core.state import TERMINAL as _TERMINAL_STATES
 from tidal.jobs.spec import JobSpec
-from tidal.platform.scheduler import NAMESPACE, SCHEDULER_NAME, Scheduler, SchedulerConfig
+from tidal.platform.config import NAMESPACE, SCHEDULER_NAME, SchedulerConfig
+from tidal.platform.scheduler import Scheduler
 from tidal.platform.store import StoreWriteError
 
 TERMINAL = frozenset(s.value for s in _TERMINAL_STATES)

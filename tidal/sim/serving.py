@@ -31,16 +31,14 @@ import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from tidal.autoscaler.reclaim import Borrower, Reclaim, choose_reclaim, evict_newest
 from tidal.core.policy import Allocation, Node
 from tidal.core.state import JobState
 from tidal.jobs.spec import Plan
 from tidal.serving.loans import LoanConfig, decide_loan, lend_by_node
-
-if TYPE_CHECKING:
-    from tidal.sim.simulator import SimResult, _Job
+from tidal.sim.records import ActiveJob, SimResult
 
 Mode = Literal["none", "evict", "shrink"]
 
@@ -74,7 +72,7 @@ class ServingStats:
 
 class ServingSim:
     def __init__(self, pool: InferencePool, restart_s: float,
-                 iter_time: Callable[[_Job, Plan, tuple[int, ...]], float]) -> None:
+                 iter_time: Callable[[ActiveJob, Plan, tuple[int, ...]], float]) -> None:
         self.pool, self.restart_s, self.iter_time = pool, restart_s, iter_time
         self.node_ids = tuple(f"inf-{i:03d}" for i in range(pool.nodes))
         self.lent = {nid: 0 for nid in self.node_ids}
@@ -87,7 +85,7 @@ class ServingSim:
         r = self.pool.rates
         return r[int(t // self.pool.loan.interval_s) % len(r)]
 
-    def _held(self, active: dict[str, _Job]) -> dict[str, int]:
+    def _held(self, active: dict[str, ActiveJob]) -> dict[str, int]:
         held = {nid: 0 for nid in self.node_ids}
         for j in active.values():
             if j.alloc is not None:
@@ -104,7 +102,7 @@ class ServingSim:
         return tuple(Node(node_id=nid, gpus=self.lent[nid], pool="inference", recallable=True,
                           recall_risk=self.risk) for nid in self.node_ids)
 
-    def before_round(self, t: float, active: dict[str, _Job], result: SimResult) -> None:
+    def before_round(self, t: float, active: dict[str, ActiveJob], result: SimResult) -> None:
         if self.pool.mode == "none":
             return
         k = int(t // self.pool.loan.interval_s)
@@ -141,7 +139,7 @@ class ServingSim:
         self.lent = lend_by_node({nid: self.pool.gpus_per_node for nid in self.node_ids},
                                  min(max(lendable, sum(held.values())), self.total - starting), held)
 
-    def _apply(self, t: float, job: _Job, r: Reclaim, result: SimResult) -> None:
+    def _apply(self, t: float, job: ActiveJob, r: Reclaim, result: SimResult) -> None:
         """Shrink (graceful: checkpoint at the step boundary) or evict the job."""
         assert job.alloc is not None
         self.stats.preemptions += 1
@@ -176,7 +174,7 @@ class ServingSim:
 
     # -- after the scheduler's step: serve the round --------------------------------------
 
-    def serve(self, t0: float, t1: float, active: dict[str, _Job]) -> None:
+    def serve(self, t0: float, t1: float, active: dict[str, ActiveJob]) -> None:
         held = self._held(active)
         for nid in self.node_ids:
             if self.pool.mode != "none" and held[nid] > self.lent[nid]:

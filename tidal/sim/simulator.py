@@ -47,18 +47,19 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from tidal.core import policy as tidal_policy
-from tidal.core.controller import ActionRecord, Policy, reconcile_step
-from tidal.core.correction import Correction, CorrectionConfig, corrected, observe
+from tidal.core.controller import Policy, reconcile_step
+from tidal.core.correction import CorrectionConfig, corrected, observe
 from tidal.core.gcpause import paused_gc
 from tidal.core.policy import Allocation, JobView, Node, Option, PolicyConfig, Snapshot
 from tidal.core.state import JobState
 from tidal.jobs.spec import Plan
 from tidal.sim import baselines
+from tidal.sim.records import ActiveJob, JobRecord, SimResult
 from tidal.sim.serving import InferencePool, ServingSim
 from tidal.sim.tables import Truth, packed
 from tidal.sim.views import Kind
@@ -129,57 +130,6 @@ class SimConfig:
         return self.nodes * self.gpus_per_node
 
 
-@dataclass(kw_only=True)
-class _Job:
-    spec: SimJob
-    options: tuple[Any, ...]
-    guarantee: float | None  # predicted samples/s the policy must keep (guaranteed jobs)
-    requested: Option | None  # its own plan on its requested GPUs (guaranteed jobs)
-    true_floor: float | None  # true iterations/s of the request (violations are measured on it)
-    phase: JobState = JobState.QUEUED
-    alloc: Allocation | None = None
-    rate: float = 0.0  # true iterations/s under `alloc`
-    iters: float = 0.0
-    blocked_until: float = 0.0
-    started: float | None = None
-    finished: float | None = None
-    restarts: int = 0  # the policy's own (what its restart limit counts)
-    recalls: int = 0  # restarts forced by a reclaim of lent GPUs (tidal.sim.serving)
-    evicted: bool = False  # stopped by a reclaim, not relaunched yet
-    attained: float = 0.0
-    violation_s: float = 0.0
-    violation_by: dict[str, float] = field(default_factory=dict)  # cause → seconds (module docstring)
-    correction: Correction = field(default_factory=Correction)
-
-
-@dataclass(frozen=True, kw_only=True)
-class JobRecord:
-    name: str
-    app: str
-    submit: float
-    start: float
-    finish: float
-    restarts: int
-    steps: int
-    isolated_s: float  # a lower bound: restart_s + steps × the app's fastest measured iteration
-    violation_s: float = 0.0  # time it ran below its guarantee (guaranteed jobs)
-    violation_by: tuple[tuple[str, float], ...] = ()  # (cause, seconds): stopped, spread, model
-
-    @property
-    def jct(self) -> float:
-        return self.finish - self.submit
-
-
-@dataclass(kw_only=True)
-class SimResult:
-    policy: str
-    jobs: list[JobRecord]
-    timeline: list[tuple[float, str, int]]  # (time, job, GPUs it holds from then on)
-    actions: list[ActionRecord]  # what the executor applied, as the live scheduler logs it
-    round_ms: list[float]
-    metrics: dict[str, float]
-
-
 class Simulator:
     def __init__(self, jobs: list[SimJob], truth: World, planner: Views, policy: PolicyUnderTest,
                  config: SimConfig | None = None, serving: InferencePool | None = None) -> None:
@@ -202,7 +152,7 @@ class Simulator:
 
     # -- the executor, simulated --------------------------------------------------------
 
-    def _admit(self, j: SimJob) -> _Job:
+    def _admit(self, j: SimJob) -> ActiveJob:
         cap = self.cfg.gpus
         options = tuple(o for o in self.planner.options(j, self.policy.kind) if o.gpus <= cap)
         guarantee = floor = requested = None
@@ -212,9 +162,9 @@ class Simulator:
             assert requested is not None
             per_node = packed(j.num_gpus, self.cfg.gpus_per_node)
             floor = 1.0 / self.truth.plan_time(j.app, requested.plan, per_node)
-        return _Job(spec=j, options=options, guarantee=guarantee, true_floor=floor, requested=requested)
+        return ActiveJob(spec=j, options=options, guarantee=guarantee, true_floor=floor, requested=requested)
 
-    def _view(self, job: _Job, t: float) -> JobView:
+    def _view(self, job: ActiveJob, t: float) -> JobView:
         b = self.truth.global_batch(job.spec.app)
         running = job.phase is JobState.RUNNING
         # since its last launch: its own, or a reclaim's shrink (`tidal.sim.serving`)
@@ -228,11 +178,11 @@ class Simulator:
                        attained_gpu_s=job.attained, admitted=job.started is not None)
         return corrected(view, job.correction)
 
-    def _rate(self, job: _Job, alloc: Allocation) -> float:
+    def _rate(self, job: ActiveJob, alloc: Allocation) -> float:
         per_node = tuple(g for _, g in alloc.gpus_by_node)
         return 1.0 / self.truth.plan_time(job.spec.app, alloc.plan, per_node)
 
-    def _check_capacity(self, active: dict[str, _Job]) -> None:
+    def _check_capacity(self, active: dict[str, ActiveJob]) -> None:
         used: dict[str, int] = {}
         cpus: dict[str, float] = {}
         for job in active.values():
@@ -248,7 +198,7 @@ class Simulator:
                                     f"{cpus.get(n.node_id, 0):.0f} CPUs allocated, "
                                     f"capacity {n.gpus} / {n.cpus:.0f}")
 
-    def _reconcile(self, t: float, active: dict[str, _Job], result: SimResult) -> None:
+    def _reconcile(self, t: float, active: dict[str, ActiveJob], result: SimResult) -> None:
         """The controller's steps at time t until it launches (or has nothing to do). A stop
         takes effect at once: the next step decides again."""
         for _ in range(4):
@@ -282,11 +232,11 @@ class Simulator:
                 break
 
     @staticmethod
-    def _violate(job: _Job, cause: str, dt: float) -> None:
+    def _violate(job: ActiveJob, cause: str, dt: float) -> None:
         job.violation_s += dt
         job.violation_by[cause] = job.violation_by.get(cause, 0.0) + dt
 
-    def _advance(self, t0: float, t1: float, active: dict[str, _Job], result: SimResult) -> None:
+    def _advance(self, t0: float, t1: float, active: dict[str, ActiveJob], result: SimResult) -> None:
         for jid, job in list(active.items()):
             if job.phase is not JobState.RUNNING or job.alloc is None:
                 if job.true_floor is not None and job.started is not None:
@@ -316,14 +266,14 @@ class Simulator:
                 del active[jid]
                 result.jobs.append(self._record(job))
 
-    def _completion_time(self, t: float, active: dict[str, _Job]) -> float:
+    def _completion_time(self, t: float, active: dict[str, ActiveJob]) -> float:
         best = math.inf
         for job in active.values():
             if job.phase is JobState.RUNNING and job.rate > 0:
                 best = min(best, max(t, job.blocked_until) + (job.spec.steps - job.iters) / job.rate)
         return best
 
-    def _record(self, job: _Job) -> JobRecord:
+    def _record(self, job: ActiveJob) -> JobRecord:
         app = job.spec.app
         if app not in self._fastest:
             self._fastest[app] = self.truth.fastest(app, self.cfg.gpus)
@@ -338,7 +288,7 @@ class Simulator:
     def run(self, progress: Callable[[float, int, int], None] | None = None) -> SimResult:
         result = SimResult(policy=self.policy.name, jobs=[], timeline=[], actions=[], round_ms=[], metrics={})
         arrivals = deque(self.jobs)
-        active: dict[str, _Job] = {}
+        active: dict[str, ActiveJob] = {}
         rs = self.cfg.round_s
         t = 0.0 if rs else (arrivals[0].submit if arrivals else 0.0)
         decisions = 0
