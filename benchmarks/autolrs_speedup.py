@@ -40,10 +40,11 @@ from typing import Any
 import torch
 
 from tidal.jobs.autolrs import AutoLRS, plot_schedule
+from tidal.jobs.engine import build_engine, init_world_of_one
 from tidal.jobs.lr import LRSchedule, WarmupCosine, constant
 from tidal.jobs.reference import evaluate, shakespeare_gpt
 from tidal.jobs.spec import JobSpec, Plan
-from tidal.jobs.worker import LoopHooks, build_engine, init_world_of_one, run_loop
+from tidal.jobs.worker import LoopHooks, run_loop
 from tidal.platform.argtypes import amount, count
 
 

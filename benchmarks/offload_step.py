@@ -2,7 +2,7 @@
 
     python benchmarks/offload_step.py            # GPT-2 124M shape; last line: offload_speedup: X
 
-Both engines are built the way Tidal builds them (`tidal.jobs.worker.build_engine`, a ZeRO-2 +
+Both engines are built the way Tidal builds them (`tidal.jobs.engine.build_engine`, a ZeRO-2 +
 optimizer-offload plan, world of one): one with today's config (`DeepSpeedCPUAdam`), the other
 with the optimizer Tidal used before (`torch_adam: true`, `zero_force_ds_cpu_optimizer: false`:
 `torch.optim.AdamW` on the host). Each engine takes --warmup steps, then --steps timed ones,
@@ -48,8 +48,8 @@ def measure(kind: str, args: argparse.Namespace) -> dict[str, Any]:
 
     from tidal.jobs import Plan
     from tidal.jobs.ds_config import deepspeed_config
+    from tidal.jobs.engine import build_engine, init_world_of_one
     from tidal.jobs.reference import shakespeare_gpt
-    from tidal.jobs.worker import build_engine, init_world_of_one
 
     init_world_of_one()
     spec = shakespeare_gpt(name="offload-step", seq_len=64, d_model=args.d_model, n_layer=args.layers,

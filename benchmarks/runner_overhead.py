@@ -75,7 +75,7 @@ def run_plain(spec: Any, plan: Plan, warmup: int) -> float:
     from ray.train.v2.api.config import RunConfig, ScalingConfig
 
     from tidal.jobs.ds_config import deepspeed_config
-    from tidal.jobs.runner import storage_root
+    from tidal.jobs.storage import storage_root
 
     trainer = TorchTrainer(
         train_loop_per_worker=plain_loop,

@@ -19,7 +19,8 @@ from tidal.jobs import Plan, SpecError
 from tidal.jobs.autolrs import AutoLRS, Tuner, TunerState, fit_exponential, forecast
 from tidal.jobs.checkpoint import TrainState, capture_state, restore_state
 from tidal.jobs.data import StepSampler
-from tidal.jobs.worker import LoopHooks, build_engine, init_world_of_one, run_loop, train_step
+from tidal.jobs.engine import build_engine, init_world_of_one, train_step
+from tidal.jobs.worker import LoopHooks, run_loop
 
 
 def test_exponential_fit_recovers_a_b_c_from_a_noisy_curve() -> None:

@@ -25,7 +25,7 @@ from tidal.jobs.checkpoint import (
     restore_state,
 )
 from tidal.jobs.data import StepSampler
-from tidal.jobs.worker import build_engine, init_world_of_one, train_step
+from tidal.jobs.engine import build_engine, init_world_of_one, train_step
 
 
 @pytest.fixture(scope="module")

@@ -44,7 +44,7 @@ def _optimizer_on_cpu(plan: Plan) -> Any:
     import torch
 
     from tidal.jobs.checkpoint import _inner_optimizer
-    from tidal.jobs.worker import build_engine, init_world_of_one
+    from tidal.jobs.engine import build_engine, init_world_of_one
 
     init_world_of_one()
     return _inner_optimizer(build_engine(tiny_gpt_spec(plans=PlanSpace()), plan, torch.device("cpu")))

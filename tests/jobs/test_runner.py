@@ -124,8 +124,8 @@ def test_autolrs_job_resumes_its_stage_on_another_worker_count(ray_cluster: Any)
     from tests.jobs.test_autolrs import _run
     from tidal.jobs.autolrs import AutoLRS
     from tidal.jobs.checkpoint import TrainState
-    from tidal.jobs.runner import storage_root
-    from tidal.jobs.worker import init_world_of_one
+    from tidal.jobs.engine import init_world_of_one
+    from tidal.jobs.storage import storage_root
 
     tuner = AutoLRS(trials=3, startup_trials=2, first_stage=12, min_probe=3, min_trials=3)  # 3 a stage
     spec = tiny_gpt_spec(name="autolrs-ray", lr=tuner, total_steps=60, checkpoint_every=1000)
@@ -183,7 +183,7 @@ def test_nan_loss_fails_the_run_naming_the_step(ray_cluster: Any) -> None:
 def test_storage_that_cannot_hold_checkpoints_is_one_line(tmp_path: Any, monkeypatch: Any) -> None:
     """No cluster: `check_storage` names the storage and why (a file where the directory should
     be, a parent that is a file), and creates a missing directory."""
-    from tidal.jobs.runner import StorageError, check_storage
+    from tidal.jobs.storage import StorageError, check_storage
 
     monkeypatch.setenv("TIDAL_STORAGE", str(tmp_path / "new" / "runs"))
     assert check_storage() == tmp_path / "new" / "runs" and (tmp_path / "new" / "runs").is_dir()
@@ -201,7 +201,7 @@ def test_a_resume_point_is_a_complete_checkpoint_with_steps_left(tmp_path: Any) 
     import torch
 
     from tidal.jobs.checkpoint import STATE_FILE, TrainState
-    from tidal.jobs.runner import resume_point
+    from tidal.jobs.storage import resume_point
 
     spec = tiny_gpt_spec(total_steps=60)
     assert resume_point(spec) is None

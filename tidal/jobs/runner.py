@@ -33,24 +33,19 @@ the GPU with NCCL. The same code path serves both.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 import ray
 
 from tidal.jobs.spec import JobSpec, Plan, PlanError, SpecError
+from tidal.jobs.storage import check_storage, checkpoint_progress, storage_root
 from tidal.jobs.worker import WorkerConfig, train_loop
 
 Device = Literal["auto", "cpu", "cuda"]
-
-
-def storage_root() -> Path:
-    return Path(os.environ.get("TIDAL_STORAGE", Path.home() / ".cache" / "tidal" / "runs"))
 
 
 _NO_ANSWER = object()  # `RunHandle._ask`'s default where None is an answer
@@ -59,29 +54,6 @@ _NO_ANSWER = object()  # `RunHandle._ask`'s default where None is an answer
 class RunHung(RuntimeError):
     """A run the driver found hung (no step for too long) and aborted; the job resumes from its
     newest checkpoint (`tidal.platform.executor.infrastructure_failure`)."""
-
-
-class StorageError(ValueError):
-    """The runs' storage cannot hold checkpoints (one line naming it)."""
-
-
-def check_storage() -> Path:
-    """`storage_root()`, created if missing, once it is known to be a directory this process can
-    write: StorageError naming it otherwise. The scheduler checks it when a job is submitted, so a
-    storage that is a file, read-only or on a missing mount refuses the job before anything runs,
-    not when its first run launches."""
-    root = storage_root()
-    what = f"$TIDAL_STORAGE {root}" if "TIDAL_STORAGE" in os.environ else f"storage {root}"
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        probe = root / f".tidal-probe-{uuid.uuid4().hex[:8]}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as e:
-        why = "not a directory" if root.exists() and not root.is_dir() else (e.strerror or str(e)).lower()
-        raise StorageError(f"{what} cannot hold checkpoints ({why}): it must be a writable "
-                           "directory (on a multi-node cluster, one every node mounts)") from None
-    return root
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -261,7 +233,7 @@ class RunHandle:
         self.spec, self.plan, self.resources = spec, plan, resources
         self.run_id = run_id or f"{spec.name}-{uuid.uuid4().hex[:8]}"
         self.checkpoint = checkpoint
-        self.start_step = _checkpoint_progress(checkpoint)[0] if checkpoint else 0
+        self.start_step = checkpoint_progress(checkpoint)[0] if checkpoint else 0
         study = (str(storage_root() / "autolrs" / f"{job_key or spec.name}.sqlite")
                  if spec.autolrs is not None else None)
         use_cuda = resources.device == "cuda" or (
@@ -309,7 +281,7 @@ class RunHandle:
             history = ray.get(self.control.history.remote())
             workers = ray.get(self.control.workers.remote())
             ckpt = result.checkpoint.path if result.checkpoint is not None else None
-            final, compute = _checkpoint_progress(ckpt) if ckpt else (self.start_step, self.start_step)
+            final, compute = checkpoint_progress(ckpt) if ckpt else (self.start_step, self.start_step)
             self._result = RunResult(
                 spec_name=self.spec.name, plan=self.plan, run_id=self.run_id,
                 start_step=self.start_step, final_step=final,
@@ -399,51 +371,6 @@ class RunHandle:
         return self._result
 
 
-def _checkpoint_progress(checkpoint: str) -> tuple[int, int]:
-    """(data position, compute steps) of a checkpoint; they differ only for AutoLRS jobs, whose
-    probe steps count against the budget but do not advance the data."""
-    from tidal.jobs.checkpoint import read_meta
-
-    return _progress(read_meta(checkpoint))
-
-
-def _progress(meta: dict[str, Any]) -> tuple[int, int]:
-    """(data position, compute steps) of a checkpoint's meta."""
-    return int(meta["step"]), int(meta.get("compute_steps", meta["step"]))
-
-
-def checkpoint_done(spec: JobSpec, checkpoint: str | None) -> bool:
-    """Whether `checkpoint` holds the whole job: its compute steps reach `spec.total_steps` (a run
-    killed after its last checkpoint, before it reported, has nothing left to run)."""
-    return checkpoint is not None and _checkpoint_progress(checkpoint)[1] >= spec.total_steps
-
-
-def resume_point(spec: JobSpec) -> tuple[str, int] | None:
-    """Where a job with `JobSpec.resume_from` starts: the checkpoint's absolute path and its data
-    position; None for a job without one. A SpecError naming `JobSpec.resume_from` when it is not
-    a directory, not a Tidal checkpoint, half-written (`read_complete_meta`), or already holds
-    the whole job (`checkpoint_done`). Read where the runs will read it (the scheduler actor):
-    the storage of a cluster need not be mounted where the job was written."""
-    if spec.resume_from is None:
-        return None
-    from tidal.jobs.checkpoint import FORMAT, CheckpointError, read_complete_meta
-
-    path = Path(spec.resume_from).expanduser().resolve()
-    if not path.is_dir():
-        raise SpecError("JobSpec.resume_from", f"{path} is not a directory")
-    try:
-        meta = read_complete_meta(path)
-        if meta.get("format") != FORMAT:
-            raise ValueError(f"its format is {meta.get('format')!r}, not {FORMAT!r}")
-        step, compute = _progress(meta)
-    except (CheckpointError, OSError, ValueError, KeyError, TypeError) as e:
-        raise SpecError("JobSpec.resume_from", f"{path} is not a complete Tidal checkpoint: {e}") from None
-    if compute >= spec.total_steps:
-        raise SpecError("JobSpec.resume_from", f"{path} is at step {compute}: total_steps "
-                                               f"({spec.total_steps}) leaves nothing to train")
-    return str(path), step
-
-
 def _controller_handle(control: Any) -> Any:
     """A Ray Train controller callback that hands the controller's actor handle to the run's
     `RunControl` as the controller starts (Train V2 has no public handle to a run's controller;
@@ -512,7 +439,7 @@ def launch(spec: JobSpec, plan: Plan, resources: Resources, checkpoint: str | No
             "Resources.num_workers",
             f"plan {plan.short()} needs {plan.dp} workers, resources give {resources.num_workers}",
         )
-    start = _checkpoint_progress(checkpoint)[1] if checkpoint else 0
+    start = checkpoint_progress(checkpoint)[1] if checkpoint else 0
     if start >= spec.total_steps:  # `checkpoint_done`, from the progress read once here
         raise SpecError(
             "checkpoint", f"checkpoint is at step {start}: the job ({spec.total_steps} steps) is done"

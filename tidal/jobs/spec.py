@@ -219,7 +219,7 @@ class JobSpec:
               Adam moments, step (the data position) and in-job tuner state, under this spec's
               plan space, LR and `total_steps`. `tidal resume JOB` submits an ended job again
               from its newest complete checkpoint this way. The scheduler checks it when the
-              job is submitted (`tidal.jobs.runner.resume_point`).
+              job is submitted (`tidal.jobs.storage.resume_point`).
     """
 
     name: str

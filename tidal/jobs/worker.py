@@ -1,18 +1,12 @@
 """What runs inside each Ray Train worker: build the DeepSpeed engine for a plan, train, report.
 
-One optimizer step under plan (dp, micro_batch mb, grad_accum g), on worker r:
-
-    idx   = sampler.shard(step, r, dp)                  # this worker's B/dp samples of step k
-    for m in 0..g-1:  loss_m = loss(model, idx[m·mb:(m+1)·mb]);  engine.backward(loss_m)
-    engine.step()                                       # DeepSpeed averages over g and dp
-
-DeepSpeed scales each micro-batch loss by 1/g and averages gradients over dp ranks, so the
-update is the gradient of the mean loss over the same B samples under every plan. The loss
-reported for step k is that same global mean: mean_m(loss_m) all-reduced over ranks / dp.
-The all-reduce also carries the stop flag (rank 0 polls the run's control actor without
-blocking), so stopping costs no extra collective and all ranks stop after the same step.
-Rank 0 sends the per-step metrics to the control actor in batches, at most one call in flight
-and one per `heartbeat_s`: on a busy host every actor call takes CPU from training.
+Each optimizer step is `tidal.jobs.engine.train_step`: the gradient of the mean loss over the
+same B samples under every plan (dp, micro-batch, accumulation). The loss reported for step k
+is that same global mean: mean_m(loss_m) all-reduced over ranks / dp. The all-reduce also
+carries the stop flag (rank 0 polls the run's control actor without blocking), so stopping
+costs no extra collective and all ranks stop after the same step. Rank 0 sends the per-step
+metrics to the control actor in batches, at most one call in flight and one per
+`heartbeat_s`: on a busy host every actor call takes CPU from training.
 """
 
 from __future__ import annotations
@@ -31,7 +25,7 @@ import torch.distributed as dist
 
 from tidal.jobs.checkpoint import METRICS_FILE, TrainState, capture_state, model_config, restore_state
 from tidal.jobs.data import StepSampler
-from tidal.jobs.ds_config import deepspeed_config
+from tidal.jobs.engine import build_engine, set_host_threads, train_step
 from tidal.jobs.spec import JobSpec, Plan, PlanError
 
 log = logging.getLogger("tidal.worker")
@@ -41,115 +35,6 @@ class NonFiniteLoss(RuntimeError):
     """The job's loss was NaN or infinite: the job's own error. The run stops at once (every rank
     sees the same all-reduced loss, so all raise together) and keeps its last finite checkpoint;
     nothing after it is saved."""
-
-
-def init_world_of_one(backend: str = "gloo") -> None:
-    """A torch.distributed group of this process alone (rank 0 of 1) on a free local port:
-    what a DeepSpeed engine needs outside Ray Train (single-worker profiles, unit tests)."""
-    import os
-    import socket
-
-    import deepspeed
-
-    if dist.is_initialized():
-        return
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(port))
-    deepspeed.init_distributed(dist_backend=backend)
-
-
-def set_host_threads(cpus: float, use_cuda: bool) -> int:
-    """Set and return this worker's CPU threads: torch's intra-op pool and the OpenMP pool of
-    DeepSpeed's CPU Adam (a C++ op with its own `libgomp`, which reads `OMP_NUM_THREADS` when
-    the op loads; Ray sets that variable to the task's CPUs, 1 for a one-CPU worker).
-
-    On the CPU (logical GPUs) a worker gets the CPUs it reserved. On a GPU a worker gets at least
-    its share of the node's CPUs, CPUs ÷ GPUs as the node declared them to Ray (`ray start
-    --num-cpus/--num-gpus`; not `torch.cuda.device_count()`, which Ray narrows to the worker's own
-    GPUs): Ray reserves one CPU per GPU worker, but a GPU node's cores are there to feed its GPUs,
-    and under optimizer offload the Adam step of every parameter runs on them (CPU Adam on one
-    thread is t times slower than on t)."""
-    import os
-
-    import ray
-
-    n = max(1, int(cpus))
-    if use_cuda:
-        here = ray.get_runtime_context().get_node_id()
-        res: dict[str, float] = next(
-            (node["Resources"] for node in ray.nodes() if node["NodeID"] == here), {})
-        n = max(n, int(res.get("CPU", 1) // max(1.0, res.get("GPU", 1))))
-    os.environ["OMP_NUM_THREADS"] = str(n)
-    torch.set_num_threads(n)
-    return n
-
-
-def step_seed(seed: int, step: int) -> int:
-    """The RNG seed of optimizer step k: a function of (seed, k) only."""
-    return (seed * 1_000_003 + step * 7919 + 12345) % (2**63 - 1)
-
-
-def build_engine(spec: JobSpec, plan: Plan, device: torch.device,
-                 config: dict[str, Any] | None = None) -> Any:
-    """A DeepSpeed engine for `plan`; every rank builds the same initial weights from `seed`.
-    `config`: the DeepSpeed config, default `deepspeed_config` for the device."""
-    import deepspeed
-
-    logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
-    torch.manual_seed(spec.seed)
-    model = spec.model()
-    if plan.activation_checkpointing:
-        setter = getattr(model, "set_activation_checkpointing", None)
-        if setter is None:
-            raise PlanError(
-                "Plan.activation_checkpointing",
-                f"model {type(model).__name__} has no set_activation_checkpointing(bool)",
-            )
-        setter(True)
-    model.to(device)
-    engine, *_ = deepspeed.initialize(
-        model=model, model_parameters=model.parameters(),
-        config=config or deepspeed_config(spec, plan, "cuda" if device.type == "cuda" else "cpu")
-    )
-    return engine
-
-
-def _to_device(batch: Any, device: torch.device) -> Any:
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=True)
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(_to_device(b, device) for b in batch)
-    if isinstance(batch, dict):
-        return {k: _to_device(v, device) for k, v in batch.items()}
-    return batch
-
-
-def set_lr(engine: Any, lr: float) -> None:
-    for group in engine.optimizer.param_groups:
-        group["lr"] = lr
-
-
-def train_step(engine: Any, spec: JobSpec, plan: Plan, dataset: Any, sampler: StepSampler,
-               step: int, rank: int, device: torch.device, lr: float | None = None) -> torch.Tensor:
-    """One optimizer step at data position `step` with learning rate `lr` (default: the job's
-    schedule); returns this rank's mean micro-batch loss (a 0-d tensor)."""
-    from torch.utils.data import default_collate
-
-    torch.manual_seed(step_seed(spec.seed, step))
-    set_lr(engine, spec.lr_schedule().at(step) if lr is None else lr)
-    idx = sampler.shard(step, rank, plan.dp)
-    total = torch.zeros((), dtype=torch.float32, device=device)
-    for m in range(plan.grad_accum):
-        chunk = idx[m * plan.micro_batch : (m + 1) * plan.micro_batch]
-        batch = _to_device(default_collate([dataset[int(i)] for i in chunk]), device)
-        loss = spec.loss(engine, batch)
-        engine.backward(loss)
-        engine.step()
-        total += loss.detach().float()
-    return total / plan.grad_accum
 
 
 class LoopHooks:

@@ -82,7 +82,7 @@ def measure(spec: JobSpec, plan: Plan, *, rank: int, steps: int, warmup: int,
     import torch
     from torch.utils.data import default_collate
 
-    from tidal.jobs.worker import _to_device, build_engine, set_lr
+    from tidal.jobs.engine import build_engine, set_lr, to_device
 
     device = torch.device("cuda", torch.cuda.current_device()) if use_cuda else torch.device("cpu")
 
@@ -106,7 +106,7 @@ def measure(spec: JobSpec, plan: Plan, *, rank: int, steps: int, warmup: int,
             t_step = now()
             for m in range(plan.grad_accum):
                 chunk = idx[m * plan.micro_batch : (m + 1) * plan.micro_batch]
-                batch = _to_device(default_collate([data[int(i)] for i in chunk]), device)
+                batch = to_device(default_collate([data[int(i)] for i in chunk]), device)
                 t0 = now()
                 loss = spec.loss(engine, batch)
                 t1 = now()
@@ -121,7 +121,7 @@ def measure(spec: JobSpec, plan: Plan, *, rank: int, steps: int, warmup: int,
         return ProfileRecord(plan=plan, status="oom", device="cuda")
     peak = float(torch.cuda.max_memory_allocated()) if use_cuda else _rss_bytes() - base
     # after the peak is read: one more forward of one sample, counted (`activations`)
-    one = _to_device(default_collate([data[int(sampler.shard(0, rank, plan.dp)[0])]]), device)
+    one = to_device(default_collate([data[int(sampler.shard(0, rank, plan.dp)[0])]]), device)
     ratio = _ckpt_ratio(spec, engine, one)
     # the parts of the median step (medians of each part would not add up to a step)
     fwd, bwd, opt, it = sorted(parts, key=lambda p: p[3])[len(parts) // 2]
@@ -152,7 +152,7 @@ def _ckpt_ratio(spec: JobSpec, engine: Any, one: Any) -> float:
 
 def _single(spec: JobSpec, plan: Plan, steps: int, warmup: int, use_cuda: bool) -> dict[str, Any]:
     """Body of the dp = 1 Ray task: a world of one, then `measure`."""
-    from tidal.jobs.worker import init_world_of_one, set_host_threads
+    from tidal.jobs.engine import init_world_of_one, set_host_threads
 
     set_host_threads(PROFILE_CPUS_PER_WORKER, use_cuda)
     init_world_of_one("nccl" if use_cuda else "gloo")
@@ -168,7 +168,7 @@ def _multi_loop(config: dict[str, Any]) -> None:
 
     import ray.train
 
-    from tidal.jobs.worker import set_host_threads
+    from tidal.jobs.engine import set_host_threads
 
     ctx = ray.train.get_context()
     set_host_threads(PROFILE_CPUS_PER_WORKER, config["use_cuda"])
@@ -224,7 +224,8 @@ def profile_plan(spec: JobSpec, plan: Plan, *, gpus_per_worker: float = 1.0, ste
             opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(pin[0], soft=False)
         task = ray.remote(max_calls=1)(_single).options(**opts)
         return ProfileRecord.from_json(ray.get(task.remote(spec, plan, steps, warmup, use_cuda)))
-    from tidal.jobs.runner import Resources, make_trainer, storage_root
+    from tidal.jobs.runner import Resources, make_trainer
+    from tidal.jobs.storage import storage_root
 
     name = f"profile-{spec.name}-{plan.short()}-{time.time_ns()}"
     trainer = make_trainer(

@@ -20,8 +20,9 @@ from typing import Any
 
 from tidal.core.policy import Allocation
 from tidal.jobs.checkpoint import read_complete_meta, read_metrics
-from tidal.jobs.runner import Resources, RunHandle, RunResult, launch, storage_root
+from tidal.jobs.runner import Resources, RunHandle, RunResult, launch
 from tidal.jobs.spec import JobSpec
+from tidal.jobs.storage import storage_root
 
 # What an infrastructure failure looks like from a run's error: a dead worker, node or actor, or
 # a collective torn down under a surviving worker (gloo/NCCL). Anything else — the job's loss or

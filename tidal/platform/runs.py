@@ -31,8 +31,9 @@ from typing import Any
 from tidal.core.correction import Correction, observe
 from tidal.core.restarts import RestartCost
 from tidal.jobs.checkpoint import CheckpointError, read_meta
-from tidal.jobs.runner import RunResult, checkpoint_done
+from tidal.jobs.runner import RunResult
 from tidal.jobs.spec import JobSpec
+from tidal.jobs.storage import checkpoint_done
 from tidal.platform.config import SchedulerConfig
 from tidal.platform.curves import Curves
 from tidal.platform.errors import error_text

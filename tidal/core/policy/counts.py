@@ -43,7 +43,7 @@ def choose_counts(jobs: list[JobView], capacity: int, fixed: Mapping[str, int | 
                    ) -> tuple[dict[str, int | None], dict[str, str]]:
     """Phases 1-2: an option index per job (None = waits) within `capacity` owned GPUs plus
     `lent` recallable ones (priced by `risk`: this module's docstring). `jobs` come in arrival order;
-    `floor_at`: each job's `guarantee_index` (`_decide` computes them once for all its rounds);
+    `floor_at`: each job's `guarantee_index` (`decide` computes them once for all its rounds);
     `fixed` jobs take exactly their index; `kept` jobs at least theirs (they may grow).
     `owned_held`: owned GPUs each running job holds now (admission control: a waiting guaranteed
     job does not take those of running best-effort jobs, under `admission_preempts="later"` of
@@ -51,42 +51,71 @@ def choose_counts(jobs: list[JobView], capacity: int, fixed: Mapping[str, int | 
     to which placement may move a best-effort job off the owned GPUs a guaranteed one needs
     (`place`): that many of the held GPUs do not bar admission."""
     kept = kept or {}
-    by_id = {j.job_id: j for j in jobs}
+    ledger = _Ledger(capacity, {j.job_id: j for j in jobs}, owned_held)
     choice: dict[str, int | None] = {j.job_id: None for j in jobs}
-    reasons: dict[str, str] = {}
-    free = capacity  # owned GPUs left (negative: floors and kept jobs exceed them)
-    held_lent = 0  # lent GPUs that fixed and kept jobs go on holding where they run
-
-    def split(jid: str, idx: int) -> tuple[int, int]:
-        """(owned, lent) GPUs a job fixed or kept at option `idx` takes: where it stays on the
-        GPUs it runs on, their owned and lent parts; otherwise all of them from the owned ones.
-        (Counted as owned, a kept job's lent GPUs would keep guaranteed jobs waiting beside idle
-        owned ones.)"""
-        g, cur = by_id[jid].options[idx].gpus, by_id[jid].current
-        held = owned_held.get(jid) if owned_held else None
-        return (g, 0) if held is None or cur is None or g != cur.gpus else (held, g - held)
-
     for jid, idx in fixed.items():
         choice[jid] = idx
         if idx is not None:
-            on_owned, on_lent = split(jid, idx)
-            free, held_lent = free - on_owned, held_lent + on_lent
-    # floors first: jobs past admission keep theirs (running ones, and guaranteed ones admitted
-    # before that wait again, `JobView.admitted`: stopped for a change of GPUs or requeued after
-    # a failure; a guaranteed job admitted once is never pushed out by one that arrived earlier
-    # but waited), then waiting guaranteed jobs by the objective's value per GPU of their floor,
-    # highest first (`admission_order`)
+            ledger.take(jid, idx)
+    # jobs past admission: running ones, and guaranteed ones admitted before that wait again
+    # (`JobView.admitted`: stopped for a change of GPUs, requeued after a failure)
     admitted = {j.job_id for j in jobs if j.current is not None or (j.admitted and j.guarantee is not None)}
+    order = _floor_order(jobs, fixed, kept, admitted, floor_at, cfg, now)
+    held = _held_by_arrival(jobs, fixed, kept, owned_held, cfg)
+    floor, reasons = _floors(order, choice, ledger, kept, admitted, floor_at, held, movable, cfg)
+    # phase 2: the multiple-choice knapsack over the free GPUs: best-effort jobs take any option
+    # or wait, guaranteed (admitted) and kept ones upgrades above their floors
+    owned = max(0, ledger.free)
+    lent_left = max(0, lent - ledger.held_lent + min(0, ledger.free))
+    restart = sum(j.restart_cost_s for j in jobs) / max(1, len(jobs))
+    choice.update(phase2([j for j in order if j.job_id in floor or j.guarantee is None], floor,
+                         owned + lent_left, owned, risk * restart / (restart + cfg.horizon_s), now, cfg))
+    for j in order:
+        if choice[j.job_id] is None and j.job_id not in reasons:
+            reasons[j.job_id] = f"waiting: needs {j.options[0].gpus} GPUs, others use them better"
+    return choice, reasons
+
+
+class _Ledger:
+    """Owned GPUs left to phase 1 (`free`; negative: floors and kept jobs exceed them), and the
+    lent GPUs that fixed and kept jobs go on holding where they run (`held_lent`)."""
+
+    def __init__(self, capacity: int, by_id: Mapping[str, JobView],
+                 owned_held: Mapping[str, int] | None) -> None:
+        self.free, self.held_lent = capacity, 0
+        self.by_id, self.owned_held = by_id, owned_held
+
+    def take(self, jid: str, idx: int) -> None:
+        """A job fixed or kept at option `idx`: where it stays on the GPUs it runs on, it takes
+        their owned and lent parts; otherwise all of them from the owned ones. (Counted as owned,
+        a kept job's lent GPUs would keep guaranteed jobs waiting beside idle owned ones.)"""
+        g, cur = self.by_id[jid].options[idx].gpus, self.by_id[jid].current
+        held = self.owned_held.get(jid) if self.owned_held else None
+        on_owned, on_lent = (g, 0) if held is None or cur is None or g != cur.gpus else (held, g - held)
+        self.free, self.held_lent = self.free - on_owned, self.held_lent + on_lent
+
+
+def _floor_order(jobs: list[JobView], fixed: Mapping[str, int | None], kept: Mapping[str, int],
+                 admitted: set[str], floor_at: Mapping[str, int | None], cfg: PolicyConfig,
+                 now: float) -> list[JobView]:
+    """The jobs not fixed, in phase 1's order: floor-holders (guaranteed or kept) first, those
+    past admission before waiting ones (a guaranteed job admitted once is never pushed out by
+    one that arrived earlier but waited), waiting ones by `admission_order`, then by arrival."""
     rank = admission_order([(j, gi) for j in jobs if j.guarantee is not None and j.job_id not in admitted
-                             and j.job_id not in fixed and j.job_id not in kept
-                             and (gi := floor_at[j.job_id]) is not None], cfg, now)
-    # (not a floor-holder, waits, admission rank: the rest after the ranked ones, arrival, id)
-    order = sorted((j for j in jobs if j.job_id not in fixed),
-                   key=lambda j: (j.guarantee is None and j.job_id not in kept, j.job_id not in admitted,
-                                  j.job_id not in rank, rank.get(j.job_id, 0), j.arrival, j.job_id))
-    # owned GPUs running best-effort jobs hold that admission may not take (their smallest
-    # options), by arrival: under "later" a waiting guaranteed job leaves those of earlier
-    # arrivals alone, under "none" all of them
+                            and j.job_id not in fixed and j.job_id not in kept
+                            and (gi := floor_at[j.job_id]) is not None], cfg, now)
+    return sorted((j for j in jobs if j.job_id not in fixed),
+                  key=lambda j: (j.guarantee is None and j.job_id not in kept, j.job_id not in admitted,
+                                 j.job_id not in rank, rank.get(j.job_id, 0), j.arrival, j.job_id))
+
+
+def _held_by_arrival(jobs: list[JobView], fixed: Mapping[str, int | None], kept: Mapping[str, int],
+                     owned_held: Mapping[str, int] | None,
+                     cfg: PolicyConfig) -> tuple[list[float], list[int]]:
+    """Owned GPUs running best-effort jobs hold that admission may not take (their smallest
+    options), by arrival: their arrivals, and the running sums of those GPUs (a leading 0).
+    Under "later" a waiting guaranteed job leaves those of earlier arrivals alone, under "none"
+    all of them; under "any" none (empty)."""
     held_at: list[float] = []
     held_sum: list[int] = [0]
     if cfg.admission_preempts != "any" and owned_held:
@@ -96,46 +125,46 @@ def choose_counts(jobs: list[JobView], capacity: int, fixed: Mapping[str, int | 
                 continue
             held_at.append(j.arrival)
             held_sum.append(held_sum[-1] + min(j.options[0].gpus, own))
+    return held_at, held_sum
+
+
+def _floors(order: list[JobView], choice: dict[str, int | None], ledger: _Ledger, kept: Mapping[str, int],
+            admitted: set[str], floor_at: Mapping[str, int | None], held: tuple[list[float], list[int]],
+            movable: int, cfg: PolicyConfig) -> tuple[dict[str, int], dict[str, str]]:
+    """Phase 1: each floor-holder in `order` gets its floor where the owned GPUs allow it
+    (written into `choice`, taken from `ledger`); the floors given, and why the others wait."""
+    held_at, held_sum = held
     floor: dict[str, int] = {}
-    for j in order:  # phase 1: floors
+    reasons: dict[str, str] = {}
+    for j in order:
         if j.guarantee is None and j.job_id not in kept:
             break  # `order` puts the best-effort jobs that are not kept last: no floor among them
         gi = floor_at[j.job_id]
         if j.job_id in kept:  # worn out by restarts: keeps what it runs (and its guarantee)
             f = max(kept[j.job_id], gi or 0)
             choice[j.job_id], floor[j.job_id] = f, f
-            on_owned, on_lent = split(j.job_id, f)
-            free, held_lent = free - on_owned, held_lent + on_lent
+            ledger.take(j.job_id, f)
             continue
         if gi is None:
             reasons[j.job_id] = "no option reaches its guarantee"
             continue
         need = j.options[gi].gpus
-        # a waiting job is admitted around the running best-effort jobs' GPUs (this module's docstring):
-        # all of them, or under "later" those that arrived before it
+        # a waiting job is admitted around the running best-effort jobs' GPUs: all of them, or
+        # under "later" those that arrived before it
         spared = j.arrival if cfg.admission_preempts == "later" else math.inf
-        held = (max(0, held_sum[bisect.bisect_left(held_at, spared)] - movable)
-                if j.job_id not in admitted else 0)
-        if need <= free - held:
+        barred = (max(0, held_sum[bisect.bisect_left(held_at, spared)] - movable)
+                  if j.job_id not in admitted else 0)
+        free = ledger.free
+        if need <= free - barred:
             choice[j.job_id], floor[j.job_id] = gi, gi
-            free -= need
-        elif held:
-            reasons[j.job_id] = (f"waiting: its guarantee needs {need} GPUs, {free} free, {held} of them "
+            ledger.free -= need
+        elif barred:
+            reasons[j.job_id] = (f"waiting: its guarantee needs {need} GPUs, {free} free, {barred} of them "
                                  "held by running best-effort jobs" + (
                                      "" if cfg.admission_preempts == "none" else " that arrived before it"))
         else:
             reasons[j.job_id] = f"waiting: its guarantee needs {need} GPUs, {free} free"
-    # phase 2: the multiple-choice knapsack over the free GPUs: best-effort jobs take any option
-    # or wait, guaranteed (admitted) and kept ones upgrades above their floors
-    owned = max(0, free)
-    lent_left = max(0, lent - held_lent + min(0, free))
-    restart = sum(j.restart_cost_s for j in jobs) / max(1, len(jobs))
-    choice.update(phase2([j for j in order if j.job_id in floor or j.guarantee is None], floor,
-                          owned + lent_left, owned, risk * restart / (restart + cfg.horizon_s), now, cfg))
-    for j in order:
-        if choice[j.job_id] is None and j.job_id not in reasons:
-            reasons[j.job_id] = f"waiting: needs {j.options[0].gpus} GPUs, others use them better"
-    return choice, reasons
+    return floor, reasons
 
 
 def admission_order(waiting: list[tuple[JobView, int]], cfg: PolicyConfig, now: float) -> dict[str, int]:

@@ -111,17 +111,33 @@ def knapsack_greedy(items: Items, capacity: int, owned: int | None = None,
 
 
 def greedy_flat(all_k: Any, all_c: Any, all_w: Any, all_u: Any, capacity: int, owned: int | None,
-                 lent_price_factor: float) -> dict[int, int]:
+                lent_price_factor: float) -> dict[int, int]:
     """`knapsack_greedy` on choices given as numpy arrays in (item, choice) order: item, a label
     that rises along each item's choices (returned for the choice taken), GPUs, value. Returns
     {item: label} for the items that take a choice."""
+    inc = _increments(all_k, all_c, all_w, all_u, capacity)
+    if inc is None:
+        return {}
+    own = capacity if owned is None else min(owned, capacity)
+    greedy = _Greedy(*inc, own=own)
+    level, value = greedy.fill(own, 0.0)
+    if own < capacity:
+        per_gpu = value / own if own > 0 else greedy.fill(capacity, 0.0)[1] / capacity
+        level, _ = greedy.fill(capacity, lent_price_factor * per_gpu)
+    return level
+
+
+def _increments(all_k: Any, all_c: Any, all_w: Any, all_u: Any,
+                capacity: int) -> tuple[Any, Any, Any, Any] | None:
+    """Each item's hull increments (item, choice reached, Δw, Δu), steps of an item in choice
+    order; None if no choice fits."""
     import numpy as np
 
     fits = all_w <= capacity
     k_, c_, w_, u_ = (all_k, all_c, all_w, all_u) if fits.all() else (
         all_k[fits], all_c[fits], all_w[fits], all_u[fits])
     if not len(k_):
-        return {}
+        return None
     first = np.ones(len(k_), dtype=bool)
     first[1:] = k_[1:] != k_[:-1]
     # each point's predecessor on its item's chain, (0, 0) before an item's first choice
@@ -138,7 +154,6 @@ def greedy_flat(all_k: Any, all_c: Any, all_w: Any, all_u: Any, capacity: int, o
     simple = np.ones(int(all_k[-1]) + 1, dtype=bool)
     simple[k_[bad]] = False
     keep = simple[k_]
-    # the increments: efficiency Δu/Δw, item, choice reached, Δw, Δu, step within the item
     inc_k = [k_[keep]]
     inc_c = [c_[keep]]
     inc_dw = [(w_ - pw)[keep]]
@@ -147,29 +162,42 @@ def greedy_flat(all_k: Any, all_c: Any, all_w: Any, all_u: Any, capacity: int, o
         lo, hi = np.searchsorted(all_k, (k, k + 1))  # its choices, those that do not fit too
         labels = all_c[lo:hi].tolist()
         hw, hu, hc = upper_hull(list(zip(all_w[lo:hi].tolist(), all_u[lo:hi].tolist(), labels, strict=True)),
-                                 capacity)
+                                capacity)
         n = len(hw) - 1
         inc_k.append(np.full(n, k, dtype=np.int64))
         inc_c.append(np.array([labels[h] for h in hc[1:]], dtype=np.int64))
         inc_dw.append(np.array([hw[s] - hw[s - 1] for s in range(1, n + 1)], dtype=np.int64))
         inc_du.append(np.array([hu[s] - hu[s - 1] for s in range(1, n + 1)], dtype=np.float64))
-    ik, ic = np.concatenate(inc_k), np.concatenate(inc_c)
-    dw_, du_ = np.concatenate(inc_dw), np.concatenate(inc_du)
-    # by falling efficiency, ties in (item, step) order (steps of an item are in choice order)
-    order = np.lexsort((ic, ik, -(du_ / dw_)))
-    item, pick = ik[order].tolist(), ic[order].tolist()
-    dws, dus = dw_[order].tolist(), du_[order].tolist()
-    csum_w = np.cumsum(dw_[order])
-    csum_u = np.cumsum(du_[order])  # sequential sums, as the loop below adds
-    own = capacity if owned is None else min(owned, capacity)
+    return np.concatenate(inc_k), np.concatenate(inc_c), np.concatenate(inc_dw), np.concatenate(inc_du)
 
-    def fill(limit: int, price: float) -> tuple[dict[int, int], float]:
+
+class _Greedy:
+    """The increments by falling efficiency Δu/Δw (ties in (item, step) order), taken in that
+    order while they fit (`fill`)."""
+
+    def __init__(self, ik: Any, ic: Any, dw_: Any, du_: Any, own: int) -> None:
+        import numpy as np
+
+        order = np.lexsort((ic, ik, -(du_ / dw_)))
+        self.item, self.pick = ik[order].tolist(), ic[order].tolist()
+        self.dws, self.dus = dw_[order].tolist(), du_[order].tolist()
+        self.csum_w = np.cumsum(dw_[order])
+        self.csum_u = np.cumsum(du_[order])  # sequential sums, as `fill` adds
+        self.own = own  # owned GPUs: those above are lent
+
+    def fill(self, limit: int, price: float) -> tuple[dict[int, int], float]:
+        """The items' choices within `limit` GPUs, an increment that adds lent GPUs taken only if
+        its gain exceeds `price` per lent GPU; and their value. An item whose next increment is
+        refused takes no more (its later ones need it)."""
+        import numpy as np
+
+        item, pick, dws, dus, own = self.item, self.pick, self.dws, self.dus, self.own
         # the leading increments that fit within min(limit, owned GPUs) are all taken (none is
         # refused before them, so no item is closed); the loop goes on from the first that doesn't
-        j = int(np.searchsorted(csum_w, min(limit, own), side="right"))
+        j = int(np.searchsorted(self.csum_w, min(limit, own), side="right"))
         level: dict[int, int] = dict(zip(item[:j], pick[:j], strict=True))
         closed: set[int] = set()
-        used, value = (int(csum_w[j - 1]), float(csum_u[j - 1])) if j else (0, 0.0)
+        used, value = (int(self.csum_w[j - 1]), float(self.csum_u[j - 1])) if j else (0, 0.0)
         for x in range(j, len(item)):
             if used >= limit:
                 break  # full: nothing more fits
@@ -187,12 +215,6 @@ def greedy_flat(all_k: Any, all_c: Any, all_w: Any, all_u: Any, capacity: int, o
             used += dw
             value += dus[x]
         return level, value
-
-    level, value = fill(own, 0.0)
-    if own < capacity:
-        per_gpu = value / own if own > 0 else fill(capacity, 0.0)[1] / capacity
-        level, _ = fill(capacity, lent_price_factor * per_gpu)
-    return level
 
 
 def knapsack_dp(items: Items, capacity: int, owned: int | None = None,
