@@ -22,9 +22,9 @@ already registers (`registered`): their running workers would be asked for twice
 
 A job just launched is not registered yet: its Train controller registers as it starts, and
 its placement group comes after that, seconds later (tens on a loaded machine). Until then
-the request keeps holding its GPUs. Measured: withdrawing the request as the last waiting job
-launched left its freshly launched nodes unclaimed, idle past the autoscaler's timeout, and
-the autoscaler retired one under the starting run (CI, the autoscaling test, 2026-12-02).
+the request keeps holding its GPUs: withdrawn as the last waiting job launches, it leaves the
+freshly launched nodes unclaimed, idle past the autoscaler's timeout, and the autoscaler
+retires one under the starting run.
 """
 
 from __future__ import annotations

@@ -124,8 +124,8 @@ def read_complete_meta(directory: str | Path) -> dict[str, Any]:
 
 
 def read_metrics(directory: str | Path) -> list[dict[str, Any]]:
-    """The per-step metrics a checkpoint carries: its run's up to it (written before 2026-12-04:
-    those since the run's previous checkpoint; `executor.run_checkpoints` reads both)."""
+    """The per-step metrics a checkpoint carries: its run's up to it (an older checkpoint carries
+    those since the run's previous checkpoint only; `executor.run_checkpoints` reads both)."""
     path = Path(directory) / METRICS_FILE
     if not path.exists():
         return []

@@ -23,28 +23,13 @@ Data-parallel plans (tp = pp = 1), ZeRO stage z:
     T_comp = k_fwd · b + k_fwd0 · g           g micro-batches (gradient accumulation steps);
                                               k_fwd0 is the fixed cost of a micro-batch: on a
                                               GPU a small micro-batch is launch-bound, so its
-                                              time is not proportional to its size. A
-                                              launch floor instead (per micro-batch
-                                              softmax_p(k_fwd0, k_fwd·b/g): the host's
-                                              launches hidden under the device's work) was
-                                              tried on 2026-11-26: H200 table (36 rows)
-                                              0.200 → 0.171 at p = 2 but worse at p ≥ 4,
-                                              H100 0.272 → 0.273, Rubick 0.120 → 0.124; not
-                                              kept, four fit rows do not tell the two apart
+                                              time is not proportional to its size
     T_fwd  = T_comp (+ k_z3 · g)              ZeRO-3 gathers the parameters in every forward
     T_bwd  = k_bwd · T_comp  (+ T_comp with activation checkpointing: the forward is recomputed;
                                               on an H100 at micro-batch 2 a recomputation costs
                                               ~25 ms per micro-batch for GPT-2 124M and 355M,
                                               4× a forward: torch.utils.checkpoint's hooks on the
-                                              host. A fitted host cost, softmax_γ(k_ac·g, T_comp),
-                                              was tried on 2026-11-26: H100 grid (37 rows)
-                                              0.224 → 0.196 at γ = 4, 0.224 at γ = 20; not
-                                              kept: one checkpointed fit row also carries
-                                              ZeRO-3's k_z3, and the overlap below does as well.
-                                              With the overlap, a fitted k_ac in place of the
-                                              recomputation's k_fwd0 (tied to it unless the
-                                              profiles have parts and a checkpointed row): H100
-                                              grid 0.189 → 0.208, H200 0.144 → 0.154; not kept)
+                                              host, which the overlap below accounts for)
              + k_z2 · g                       ZeRO-2: gradient partitioning every micro-batch
              + k_z3 · g · (1 + ckpt)          ZeRO-3: a gather per backward and per recomputation
     V_bwd  = 2 s Ψ                            z ≤ 1: one all-reduce at the accumulation boundary
@@ -67,10 +52,6 @@ Data-parallel plans (tp = pp = 1), ZeRO stage z:
                                                    work (copies wait on each other, host side)
            T_opt = k_cpu Ψ/(n t) + s Ψ/n / W_pcie + T_ag    the CPU Adam step, once per step
            (k_off ≈ OFFLOAD_ACCUM_SHARE · k_cpu Ψ/(n t) where the samples cannot separate them)
-    Until 2026-11-26 one 4Ψ/n transfer stood in both T_sync and T_opt whatever g: held-out step
-    MAPE of the H200 table (36 rows) 0.200 → 0.165 (0.216 → 0.165 on step times alone), CPU
-    table 0.100 → 0.074, H100 table (host-side torch AdamW) 0.272 → 0.275, Rubick files' order
-    0.120 → 0.123.
     with parameter offload (ZeRO-3): each micro-batch's forward and backward fetch every
     rank's parameter partition from the host before their all-gathers:
            T_sync += 2 s Ψ g / n / W_pcie                 (no fitted constant: η and W_pcie)
@@ -83,16 +64,9 @@ Data-parallel plans (tp = pp = 1), ZeRO stage z:
     fitted in [1, 20] where the samples have the profiler's parts and two accumulation counts
     (step times alone do not separate it from k_fwd0). On an H100, GPT-2 124M/355M, ZeRO-2's
     hooks cost 11-25 ms per micro-batch at micro-batch 2 and nothing visible at 16; ZeRO-3's
-    backward gathers 40 ms against 11 ms; a recomputation ~25 ms against ~3-36 ms. Held-out step
-    MAPE (2026-11-26, second session): H200 table 0.165 → 0.144, H100 grid 0.224 → 0.189
-    (0.212 when p's starts are drawn at random like the others': the 124M fit then stays at
-    p = 1, so every start begins at the sum); tables without parts, the CPU table and the
-    Rubick tables (one accumulation step each: p never freed) are unchanged (p = 1 is computed
-    as before). The fit is sensitive at this level: a sum
-    rewritten in another order (1e-16 changes to the objective) moved the CPU table 0.074 ↔
-    0.103, and tight L-BFGS-B tolerances move it to 0.103 too (early termination regularises
-    four-row fits); with tight tolerances the overlap still gains (H200 0.165 → 0.144, grid
-    0.224 → 0.212).
+    backward gathers 40 ms against 11 ms; a recomputation ~25 ms against ~3-36 ms. The fit is
+    sensitive at this level (a sum rewritten in another order moves a four-row fit): keep its
+    arithmetic as it is, or re-measure `benchmarks/perfmodel_accuracy.py`.
     T_iter = T_fwd + T_sync + T_opt + k_const
 
 3D plans (Megatron-style; A = seq × hidden × layers activations per sample). The measured
