@@ -222,7 +222,11 @@ def test_a_state_file_locked_while_a_run_ends_loses_nothing(ray_cluster: Any, tm
         assert str(refused.value).startswith(f"the Tidal state file {tmp_path / 'tidal.sqlite'} could not "
                                              "be written") and "database is locked" in str(refused.value)
         wait(lambda: not _train_workers(), "B's run to end while the file is locked", 180)
-        time.sleep(8)  # a tick or more that cannot write
+        # Ray Train's controller ends a little after its workers (seconds on a loaded host): wait
+        # for the scheduler to have collected the end and been refused its record
+        wait(lambda: any(f"could not record the end of {b.job_id}'s run" in e
+                         for e in ray.get(actor.recent_events.remote())), "B's end to be refused", 120)
+        time.sleep(3)  # a tick or more that cannot write
         assert a.status()["state"] == "QUEUED" and b.status()["state"] == "RUNNING"  # reads still work
         other.execute("ROLLBACK")
         finals = [b.wait(timeout=600, poll_s=1), a.wait(timeout=600, poll_s=1)]

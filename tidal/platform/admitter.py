@@ -35,7 +35,7 @@ class Admitter:
     starts them again from SIZING; the profile cache keeps what was measured)."""
 
     def __init__(self, store: Store, cfg: SchedulerConfig, metrics: Metrics, incarnation: str,
-                 cluster: Callable[..., Cluster], spec_of: Callable[[JobRecord], JobSpec],
+                 cluster: Callable[[list[dict[str, Any]]], Cluster], spec_of: Callable[[JobRecord], JobSpec],
                  note: Callable[[str], None], wake: Callable[[], None]) -> None:
         self.store, self.cfg, self.metrics, self.incarnation = store, cfg, metrics, incarnation
         self.cluster, self.spec_of, self.note, self.wake = cluster, spec_of, note, wake
@@ -160,7 +160,7 @@ class Admitter:
         del self.stages[r.job_id]
         why = admission.user_error(e)
         if why is None and adm.attempts < self.cfg.max_admission_attempts:
-            self.stages[r.job_id] = admission.start_sizing(self.spec_of(r), self.cluster(),
+            self.stages[r.job_id] = admission.start_sizing(self.spec_of(r), self.cluster(ray.nodes()),
                                                                self.cfg.profiling(), adm.attempts + 1)
             what = f": {e}" if isinstance(e, admission.AdmissionHung) else ""  # else a trace
             self.note(f"{r.job_id}: admission lost to the cluster ({type(e).__name__}{what}); attempt "
