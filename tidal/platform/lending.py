@@ -1,80 +1,95 @@
-"""The live loan step: Serve's demand → inference GPUs lendable to training → reclaims.
+"""The live loan step's executor: what the scheduler observes of the inference pool, the pure
+step (`tidal.serving.loanstep.loan_step`, the simulator's too), and its state kept in the store.
 
-Each tick Serve's wanted replicas (`tidal.serving.demand`) join the demand history; the loan
-decision (`tidal.serving.loans.decide_loan`, a forecast over the reclaim lead time) says how many
-inference GPUs training may hold. If Tidal's jobs hold more, the least-cost reclaim
-(`tidal.autoscaler.reclaim.choose_reclaim`) names the jobs to stop at their next step boundary
-with a checkpoint; the policy relaunches them on what is left. While a job is still stopping
-nothing more is reclaimed (its GPUs are on their way back). What is lent, per node
-(`lend_by_node`), is what the snapshot offers training on the inference nodes
-(`tidal.platform.capacity.build_nodes`).
+Each tick the scheduler reads Serve's wanted replicas (`tidal.serving.demand`) and passes them
+here with the scheduled jobs and Ray's nodes. This module builds the step's view of the pool:
+the inference nodes (label `tidal.io/pool=inference`), the GPUs Tidal's jobs hold there, the
+borrowers a reclaim may shrink (RUNNING jobs with a live run; each loses about one step, its
+checkpoint being taken at the stop), and the GPUs already on their way back (those of STOPPING
+jobs). It returns the jobs the step reclaims, for the scheduler to stop at their next step
+boundary with a checkpoint; the policy relaunches them on what is left. What is lent per node is
+what the snapshot offers training on the inference nodes (`tidal.platform.capacity.build_nodes`).
 
-The simulator runs the same sequence (`tidal.sim.serving.InferencePool.before_round`).
+The step's state (the demand history, the last loan) is stored under `LOAN_STATE`, so that a
+restarted scheduler forecasts from the history it had instead of starting blind.
 """
 
 from __future__ import annotations
 
-from collections import deque
+import logging
 from collections.abc import Callable
 from typing import Any
 
-from tidal.autoscaler.reclaim import Borrower, choose_reclaim
+from tidal.autoscaler.reclaim import Borrower
 from tidal.platform.capacity import held_by_node, pool_of
 from tidal.platform.metrics import Metrics
-from tidal.platform.store import JobRecord, JobState
-from tidal.serving.loans import LoanConfig, decide_loan, lend_by_node
+from tidal.platform.store import JobRecord, JobState, Store, StoreWriteError
+from tidal.serving.loans import LoanConfig
+from tidal.serving.loanstep import LoanState, PoolNow, loan_step
+
+log = logging.getLogger("tidal.scheduler")
+LOAN_STATE = "loan_state"  # the store's key for `LoanState.to_dict()`
 
 
 class Lending:
-    """The loan manager's state (Serve's demand history, the last loan) and its tick."""
+    """The loan step's state and its tick."""
 
-    def __init__(self, cfg: LoanConfig, metrics: Metrics) -> None:
-        self.cfg, self.metrics = cfg, metrics
-        self.demand: deque[float] = deque(maxlen=120)  # Serve's wanted replicas, one per tick
-        self.state: dict[str, Any] = {}  # the last loan (`Scheduler.pools`); {} without an inference pool
+    def __init__(self, cfg: LoanConfig, metrics: Metrics, store: Store) -> None:
+        self.cfg, self.metrics, self.store = cfg, metrics, store
+        kept = store.measured(LOAN_STATE)
+        self.loan = LoanState.from_dict(kept) if kept else LoanState()
+        self.state: dict[str, Any] = {}  # the last loan as `Scheduler.pools` shows it; {} without a pool
 
-    def step(self, recs: list[JobRecord], ray_nodes: list[dict[str, Any]], has_run: Callable[[str], bool],
-             restart_s: float) -> list[tuple[JobRecord, str]]:
-        """One tick over the scheduled jobs `recs`: the jobs to stop (each with why) so that
-        training holds no more inference GPUs than are lendable. `has_run`: whether a job's run is
-        live; `restart_s`: what a borrower's restart costs (`Borrower.restart_s`)."""
-        from tidal.serving.demand import current_demand
-
+    def step(self, recs: list[JobRecord], ray_nodes: list[dict[str, Any]],
+             serve_demand: Callable[[], float], has_run: Callable[[str], bool], restart_s: float,
+             step_s: Callable[[JobRecord], float]) -> list[tuple[JobRecord, str]]:
+        """One tick over the scheduled jobs `recs`: the jobs to stop, each with why.
+        `serve_demand`: Serve's wanted replicas now (read only where there is an inference pool);
+        `has_run`: whether a job's run is live; `restart_s`: what a borrower's restart costs;
+        `step_s`: a job's seconds per step (the work a reclaim loses)."""
         pool = {n["NodeID"]: int(n["Resources"].get("GPU", 0)) for n in ray_nodes
                 if n.get("Alive") and pool_of(n) == "inference" and n["Resources"].get("GPU", 0) >= 1}
         if not pool:
             self.state = {}
             return []
-        self.demand.append(float(current_demand()))
-        total = sum(pool.values())
-        decision = decide_loan(list(self.demand), total, self.cfg)
-        live = [r.allocation for r in recs if r.state in (JobState.RUNNING, JobState.STOPPING)]
-        held = {nid: int(h.gpus) for nid, h in held_by_node(live, 0.0).items() if nid in pool}
-        need = sum(held.values()) - decision.lendable
-        stopping = any(r.state is JobState.STOPPING for r in recs)
-        stops: list[tuple[JobRecord, str]] = []
-        if need > 0 and not stopping:
-            borrowers = []
-            for r in recs:
-                lent = tuple((nid, int(g)) for nid, g in r.allocation or [] if nid in pool)
-                if r.state is not JobState.RUNNING or not lent or not has_run(r.job_id):
-                    continue
-                gpus = sum(int(g) for _, g in r.allocation or [])
-                borrowers.append(Borrower(job_id=r.job_id, gpus=gpus, lent_by_node=lent,
-                                          options=tuple(o.gpus for o in r.options),
-                                          restart_s=restart_s or 30.0))
-            by_id = {r.job_id: r for r in recs}
-            for pick in choose_reclaim(borrowers, need):
-                self.metrics.reclaims.inc(tags={"job": pick.job_id})
-                why = (f"reclaim: Serve wants {self.demand[-1]:.0f} replicas, {decision.lendable} GPUs "
-                       f"lendable; gives back {dict(pick.freed_by_node)}, "
-                       f"resumes on {pick.keep_gpus or 'no'} GPUs")
-                stops.append((by_id[pick.job_id], why))
-        lendable = max(0, min(decision.lendable, total))
-        self.state = {"lent": lend_by_node(pool, lendable, held), "lendable": lendable, "pool_gpus": total,
-                      "serve_replicas": self.demand[-1], "forecast": decision.forecast_rps,
-                      "risk": decision.recall_risk, "held": sum(held.values())}
+        demand = float(serve_demand())
+        live = [r for r in recs if r.state in (JobState.RUNNING, JobState.STOPPING)]
+        held = {nid: int(h.gpus) for nid, h in held_by_node((r.allocation for r in live), 0.0).items()
+                if nid in pool}
+        returning = sum(int(g) for r in live if r.state is JobState.STOPPING
+                        for nid, g in r.allocation or [] if nid in pool)
+        borrowers = []
+        for r in live:
+            lent = tuple((nid, int(g)) for nid, g in r.allocation or [] if nid in pool)
+            if r.state is not JobState.RUNNING or not lent or not has_run(r.job_id):
+                continue
+            borrowers.append(Borrower(job_id=r.job_id, gpus=sum(int(g) for _, g in r.allocation or []),
+                                      lent_by_node=lent, options=tuple(o.gpus for o in r.options),
+                                      lost_s=step_s(r), restart_s=restart_s or 30.0))
+        now = PoolNow(pool=pool, demand=demand, held=held, borrowers=tuple(borrowers),
+                      returning=returning)
+        step, self.loan = loan_step(self.loan, now, self.cfg)
+        self._keep()
+        by_id = {r.job_id: r for r in recs}
+        stops = []
+        for pick in step.reclaims:
+            self.metrics.reclaims.inc(tags={"job": pick.job_id})
+            why = (f"reclaim: Serve wants {demand:.0f} replicas, {step.lendable} GPUs "
+                   f"lendable; gives back {dict(pick.freed_by_node)}, "
+                   f"resumes on {pick.keep_gpus or 'no'} GPUs")
+            stops.append((by_id[pick.job_id], why))
+        total, lendable = sum(pool.values()), max(0, min(step.lendable, sum(pool.values())))
+        self.state = {"lent": step.lent, "lendable": lendable, "pool_gpus": total, "serve_replicas": demand,
+                      "forecast": step.decision.forecast_rps if step.decision else 0.0,
+                      "risk": self.loan.risk, "held": sum(held.values())}
         self.metrics.pool_gpus.set(total, tags={"pool": "inference", "kind": "total"})
         self.metrics.pool_gpus.set(lendable, tags={"pool": "inference", "kind": "lendable"})
         self.metrics.pool_gpus.set(sum(held.values()), tags={"pool": "inference", "kind": "lent"})
         return stops
+
+    def _keep(self) -> None:
+        """Store the step's state (a refused write is logged: the next tick stores it again)."""
+        try:
+            self.store.set_measured(LOAN_STATE, self.loan.to_dict())
+        except StoreWriteError as e:
+            log.warning("loan state not stored: %s", e)

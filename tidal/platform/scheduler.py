@@ -72,6 +72,7 @@ from tidal.platform.reservations import without
 from tidal.platform.runs import LOG_LIMIT, RunTracker, compute_steps
 from tidal.platform.snapshots import predicted_sps
 from tidal.platform.store import JobRecord, JobState, Store, state_dir
+from tidal.serving.demand import current_demand
 
 log = logging.getLogger("tidal.scheduler")
 
@@ -101,7 +102,7 @@ class Scheduler:
                                self._event, self._spec)
         self.admitter = Admitter(self.store, self.cfg, self.metrics, self._incarnation, self._cluster,
                                  self._spec, self._event, self._wake.set)
-        self.lending = Lending(self.cfg.loans, self.metrics)
+        self.lending = Lending(self.cfg.loans, self.metrics, self.store)
         self.nodes = NodeRequester(self.cfg.autoscale, self._event)
         self.runs.recover()
         threading.Thread(target=self._loop, name="tidal-reconcile", daemon=True).start()
@@ -250,8 +251,9 @@ class Scheduler:
             self.metrics.update(everything)
             recs = [r for r in everything if not r.state.terminal]
             ray_nodes = ray.nodes()
-            for r, why in self.lending.step([r for r in recs if r.state.scheduled], ray_nodes,
-                                            self.executor.has_run, self.runs.restart_cost_s()):
+            scheduled = [r for r in recs if r.state.scheduled]
+            for r, why in self.lending.step(scheduled, ray_nodes, current_demand, self.executor.has_run,
+                                            self.runs.restart_cost_s(), self._step_s):
                 self._stop(r, why)
             nodes = self._nodes(ray_nodes)
             self.admitter.step(recs, without(nodes, self.admitter.reservations()), ray_nodes)
@@ -313,6 +315,10 @@ class Scheduler:
         reserved = self.admitter.reservations()
         return snapshots.offered_nodes(ray_nodes, available_resources_per_node(), held, reserved,
                                        self.lending.state, self.cfg.cpus_per_worker)
+
+    def _step_s(self, r: JobRecord) -> float:
+        """Seconds per step of job `r`'s run as measured (0 before its first report)."""
+        return self._spec(r).global_batch / r.measured_sps if r.measured_sps else 0.0
 
     def _views(self, recs: list[JobRecord]) -> list[JobView]:
         restart_s = self.runs.restart_cost_s()

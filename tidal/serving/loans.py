@@ -44,6 +44,7 @@ class LoanConfig:
     headroom: float = 0.1
     min_replicas: int = 1
     predictive: bool = True  # False: lend what is idle now (Kueue's borrowing), no forecast
+    history: int = 60  # intervals of demand the loan step keeps (`tidal.serving.loanstep`)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -30,14 +30,15 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from tidal.autoscaler.reclaim import Borrower, Reclaim, choose_reclaim, evict_newest
 from tidal.core.policy import Allocation, Node
 from tidal.core.state import JobState
 from tidal.jobs.spec import Plan
-from tidal.serving.loans import LoanConfig, decide_loan, lend_by_node
+from tidal.serving.loans import LoanConfig
+from tidal.serving.loanstep import LoanState, PoolNow, Reclaimer, loan_step
 from tidal.sim.records import ActiveJob, SimResult
 
 Mode = Literal["none", "evict", "shrink"]
@@ -80,6 +81,7 @@ class ServingSim:
         self.stats = ServingStats()
         self.total = pool.nodes * pool.gpus_per_node
         self.risk = 1.0
+        self.state = LoanState()  # the loan step's (`tidal.serving.loanstep`)
 
     def rate(self, t: float) -> float:
         r = self.pool.rates
@@ -103,41 +105,39 @@ class ServingSim:
                           recall_risk=self.risk) for nid in self.node_ids)
 
     def before_round(self, t: float, active: dict[str, ActiveJob], result: SimResult) -> None:
+        """The loan step (`tidal.serving.loanstep.loan_step`, the live scheduler's) on the demand
+        of the intervals so far; its reclaims take effect at once (`_apply`)."""
         if self.pool.mode == "none":
             return
-        k = int(t // self.pool.loan.interval_s)
-        history = [self.pool.rates[i % len(self.pool.rates)] for i in range(max(0, k - 60), k)]
         cfg = self.pool.loan
-        decision = decide_loan(history, self.total, cfg) if history else None
-        lendable = decision.lendable if decision else 0
-        self.risk = decision.recall_risk if decision else 1.0
+        k = int(t // cfg.interval_s)
+        seen = [self.pool.rates[i % len(self.pool.rates)] for i in range(max(0, k - cfg.history), k)]
         held = self._held(active)
-        need = sum(held.values()) - lendable
-        if need > 0:
-            borrowers = []
-            for jid, j in active.items():
-                lent = tuple((nid, g) for nid, g in (j.alloc.gpus_by_node if j.alloc else ()) if nid in held)
-                if not lent or j.alloc is None:
-                    continue
-                borrowers.append(Borrower(job_id=jid, gpus=j.alloc.gpus, lent_by_node=lent,
-                                          options=tuple(o.gpus for o in j.options),
-                                          lost_s=1.0 / max(j.rate, 1e-9),
-                                          restart_s=self.restart_s))
-            if self.pool.mode == "shrink":
-                picks = choose_reclaim(borrowers, need)
-            else:
-                picks = evict_newest(borrowers, need, {jid: (j.started or 0.0) for jid, j in active.items()})
-            freed = 0
-            for r in picks:
-                freed += r.freed
+        borrowers = []
+        for jid, j in active.items():
+            lent = tuple((nid, g) for nid, g in (j.alloc.gpus_by_node if j.alloc else ()) if nid in held)
+            if not lent or j.alloc is None:
+                continue
+            borrowers.append(Borrower(job_id=jid, gpus=j.alloc.gpus, lent_by_node=lent,
+                                      options=tuple(o.gpus for o in j.options),
+                                      lost_s=1.0 / max(j.rate, 1e-9), restart_s=self.restart_s))
+        now = PoolNow(pool={nid: self.pool.gpus_per_node for nid in self.node_ids},
+                      demand=seen[-1] if seen else None, held=held, borrowers=tuple(borrowers),
+                      starting=sum(g for u, g in self.pending if u > t))
+        started = {jid: (j.started or 0.0) for jid, j in active.items()}
+        reclaim: Reclaimer = (choose_reclaim if self.pool.mode == "shrink"
+                              else lambda bs, need: evict_newest(bs, need, started))
+        # the trace is known: the history is the window before this interval, whatever rounds ran
+        step, self.state = loan_step(replace(self.state, demand=tuple(seen[:-1])), now, cfg, reclaim)
+        self.risk = self.state.risk
+        if step.reclaims:
+            for r in step.reclaims:
                 self._apply(t, active[r.job_id], r, result)
+            freed = sum(r.freed for r in step.reclaims)
             self.stats.reclaims += 1
             self.stats.reclaimed_gpus += freed
             self.pending.append((t + self.pool.reclaim_s, freed))
-            held = self._held(active)
-        starting = sum(g for u, g in self.pending if u > t)  # on their way to Serve: not lendable
-        self.lent = lend_by_node({nid: self.pool.gpus_per_node for nid in self.node_ids},
-                                 min(max(lendable, sum(held.values())), self.total - starting), held)
+        self.lent = step.lent
 
     def _apply(self, t: float, job: ActiveJob, r: Reclaim, result: SimResult) -> None:
         """Shrink (graceful: checkpoint at the step boundary) or evict the job."""

@@ -1,0 +1,152 @@
+"""The one loan step (`tidal.serving.loanstep`), no cluster: what it never lends, what it reclaims,
+its state across a restart, and the conformance of its two executors (the live scheduler's
+`tidal.platform.lending.Lending` and the simulator's `tidal.sim.serving.ServingSim`) on one
+recorded scenario."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from tidal.autoscaler.reclaim import Borrower
+from tidal.core.policy import Allocation, Option
+from tidal.core.state import JobState
+from tidal.jobs import Plan
+from tidal.platform.lending import LOAN_STATE, Lending
+from tidal.platform.metrics import Metrics
+from tidal.platform.store import JobRecord, Store
+from tidal.serving.loans import LoanConfig, replicas_for
+from tidal.serving.loanstep import LoanState, PoolNow, loan_step
+from tidal.sim.records import ActiveJob, SimResult
+from tidal.sim.serving import InferencePool, ServingSim
+from tidal.sim.workload import SimJob
+
+CFG = LoanConfig(replica_rps=1.0, interval_s=60.0, lead_s=30.0, window=3, min_replicas=0)
+
+
+def _random_pool(rng: random.Random) -> tuple[dict[str, int], dict[str, int], tuple[Borrower, ...]]:
+    """Inference nodes, what training holds there, and the borrowers holding it (every held GPU
+    belongs to a borrower)."""
+    pool = {f"inf-{i}": rng.choice([2, 4, 8]) for i in range(rng.randint(1, 3))}
+    held = {nid: 0 for nid in pool}
+    borrowers = []
+    for k in range(rng.randint(0, 4)):
+        lent = []
+        for nid in pool:
+            g = rng.randint(0, pool[nid] - held[nid])
+            if g:
+                lent.append((nid, g))
+                held[nid] += g
+        if lent:
+            total = sum(g for _, g in lent) + rng.randint(0, 4)
+            options = tuple(sorted({1, total // 2 or 1, total}))
+            borrowers.append(Borrower(job_id=f"j{k}", gpus=total, lent_by_node=tuple(lent), options=options,
+                                      lost_s=rng.uniform(0, 5), restart_s=rng.uniform(5, 60)))
+    return pool, held, tuple(borrowers)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_step_never_lends_what_serve_needs_now(seed: int) -> None:
+    """After the step's reclaims, training holds at most the lendable GPUs, and no more is lent
+    than the pool less the replicas the current demand needs (the forecast only lends less)."""
+    rng = random.Random(seed)
+    pool, held, borrowers = _random_pool(rng)
+    total = sum(pool.values())
+    state = LoanState(demand=tuple(rng.uniform(0, total) for _ in range(rng.randint(0, 10))))
+    demand = rng.uniform(0, 1.2 * total)
+    step, new = loan_step(state, PoolNow(pool=pool, demand=demand, held=held, borrowers=borrowers), CFG)
+    assert step.decision is not None
+    assert sum(step.lent.values()) <= max(0, total - replicas_for(demand, CFG))
+    assert step.held_after <= step.lendable
+    assert all(step.lent[n] <= pool[n] for n in pool)
+    assert new.demand[-1] == demand and len(new.demand) <= CFG.history and new.lent == step.lent
+    freed = sum(r.freed for r in step.reclaims)
+    assert step.held_after == sum(held.values()) - freed
+
+
+def test_gpus_on_their_way_back_are_not_reclaimed_twice() -> None:
+    """A job already asked to stop gives its lent GPUs back: the step reclaims only the rest of
+    the shortfall (here none)."""
+    pool = {"inf-0": 8}
+    borrower = Borrower(job_id="a", gpus=4, lent_by_node=(("inf-0", 4),), options=(2, 4))
+    now = PoolNow(pool=pool, demand=6.0, held={"inf-0": 8}, borrowers=(borrower,), returning=4)
+    step, _ = loan_step(LoanState(demand=(6.0, 6.0)), now, replace(CFG, headroom=0.0))
+    # 8 held − 4 on their way back − 2 lendable: 2 more to take, not 6
+    assert step.lendable == 2 and [(r.job_id, r.keep_gpus, r.freed) for r in step.reclaims] == [("a", 2, 2)]
+    now = replace(now, returning=6)
+    step, _ = loan_step(LoanState(demand=(6.0, 6.0)), now, replace(CFG, headroom=0.0))
+    assert step.reclaims == ()
+
+
+def test_nothing_is_lent_before_any_demand_is_seen() -> None:
+    step, state = loan_step(LoanState(), PoolNow(pool={"inf-0": 4}, demand=None, held={}), CFG)
+    assert step.decision is None and sum(step.lent.values()) == 0 and state.risk == 1.0
+
+
+def test_the_state_survives_a_restart_in_the_store(tmp_path: Path) -> None:
+    """The live executor stores the step's state each tick; a new one (a restarted scheduler) on
+    the same state file starts from it, not from nothing."""
+    store = Store(tmp_path / "tidal.sqlite")
+    lending = Lending(CFG, Metrics(), store)
+    nodes = [_ray_node("inf-0", 4)]
+    for d in (1.0, 3.0, 2.0):
+        lending.step([], nodes, lambda d=d: d, lambda _: True, 30.0, lambda _: 1.0)
+    again = Lending(CFG, Metrics(), Store(tmp_path / "tidal.sqlite"))
+    assert again.loan == lending.loan and again.loan.demand == (1.0, 3.0, 2.0)
+    assert store.measured(LOAN_STATE)["demand"] == [1.0, 3.0, 2.0]
+
+
+# -- conformance: the live executor and the simulator's on one scenario ----------------------------
+
+
+def _ray_node(nid: str, gpus: int) -> dict:
+    return {"NodeID": nid, "Alive": True, "Resources": {"GPU": float(gpus), "CPU": 8.0},
+            "Labels": {"tidal.io/pool": "inference"}}
+
+
+def _options(*counts: int) -> tuple[Option, ...]:
+    return tuple(Option(gpus=g, plan=Plan(dp=g, micro_batch=8 // g), samples_per_s=float(g)) for g in counts)
+
+
+def _scenario() -> tuple[list[float], dict[str, tuple[tuple[Option, ...], tuple[tuple[str, int], ...]]]]:
+    """Serve's demand per interval (replicas), and two borrowers: their options and allocations."""
+    demand = [1.0, 1.0, 2.0, 1.0, 1.0, 5.0, 7.0, 3.0, 2.0, 1.0, 1.0, 6.0]
+    jobs = {"a": (_options(1, 2), (("inf-000", 2),)),
+            "b": (_options(2, 4), (("inf-001", 2), ("own-0", 2)))}
+    return demand, jobs
+
+
+def test_the_live_and_simulated_loan_steps_conform(tmp_path: Path) -> None:
+    """The same demand and borrowers through both executors, interval by interval (each side's
+    reclaims applied before the next: at once in the simulator, as a completed stop and relaunch
+    on the kept GPUs in the live one): the same loans, the same reclaims, the same state."""
+    demand, jobs = _scenario()
+    pool = InferencePool(rates=tuple(demand), loan=CFG, mode="shrink", nodes=2, gpus_per_node=4)
+    sim = ServingSim(pool, restart_s=30.0, iter_time=lambda job, plan, per_node: 1.0)
+    active = {jid: ActiveJob(spec=SimJob(name=jid, submit=0.0, app="x", num_gpus=2, num_cpus=8, exec_plan="",
+                                         steps=10_000),
+                             options=opts, guarantee=None, requested=None, true_floor=None,
+                             phase=JobState.RUNNING, alloc=Allocation(gpus_by_node=alloc, plan=opts[-1].plan),
+                             rate=1.0)
+              for jid, (opts, alloc) in jobs.items()}
+    result = SimResult(policy="tidal", jobs=[], timeline=[], actions=[], round_ms=[], metrics={})
+    live = Lending(CFG, Metrics(), Store(tmp_path / "tidal.sqlite"))
+    nodes = [_ray_node("inf-000", 4), _ray_node("inf-001", 4)]
+    reclaims_seen = 0
+    for k in range(1, len(demand) + 1):
+        t = k * CFG.interval_s
+        recs = [JobRecord(job_id=jid, name=jid, spec=b"", state=JobState.RUNNING, options=j.options,
+                          allocation=[[n, g] for n, g in j.alloc.gpus_by_node] if j.alloc else None)
+                for jid, j in active.items() if j.alloc is not None]
+        stops = live.step(recs, nodes, lambda k=k: demand[k - 1], lambda _: True, 30.0, lambda _: 1.0)
+        before = len(result.actions)
+        sim.before_round(t, active, result)
+        sim_stops = sorted({a[2] for a in result.actions[before:] if a[1] == "stop"})
+        assert sorted(r.job_id for r, _ in stops) == sim_stops, k
+        assert live.loan == sim.state, k
+        assert live.state["lent"] == sim.lent, k
+        reclaims_seen += len(sim_stops)
+    assert reclaims_seen > 0  # the scenario's surges do reclaim

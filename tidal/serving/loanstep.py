@@ -1,0 +1,108 @@
+"""One loan step for the live scheduler and the simulator: state in, decision and new state out.
+
+    loan_step(state, observed, cfg) -> (LoanStep, LoanState)
+
+as Ray Serve's autoscaling policies return their state. No Ray, no clock: the live scheduler
+(`tidal.platform.lending`) and the simulator (`tidal.sim.serving`) each observe the inference
+pool their own way (`PoolNow`) and apply what the step returns their own way (the live one asks
+the named jobs to stop at their next step boundary, the simulator shrinks them at once); the
+step between is this one function, so the simulator's loans are the live system's.
+
+One step, once per loan interval:
+
+1. the interval's demand (in the units of `LoanConfig.replica_rps`: requests/s, or replicas
+   for the live scheduler, whose `replica_rps` is 1) joins the history, which keeps the last
+   `LoanConfig.history` intervals;
+2. the loan decision (`tidal.serving.loans.decide_loan`) says how many of the pool's GPUs
+   training may hold until a reclaim decided now has taken effect;
+3. if training holds more, less what is already on its way back (GPUs of jobs asked to stop,
+   `PoolNow.returning`), the reclaim (`reclaim`: by default the least-cost one,
+   `tidal.autoscaler.reclaim.choose_reclaim`) names the borrowers to shrink or stop;
+4. what is lent per node (`lend_by_node`): at least what training still holds after the
+   reclaim (a reclaim that cannot free enough leaves the rest lent, not double-counted), at
+   most the pool less the GPUs given back to Serve and not serving yet (`PoolNow.starting`, and
+   those this step takes back).
+
+The decisions the two executors used to make differently, and how they are made here: a
+reclaim while a job stops takes only what the stopping jobs do not already give back (the live
+scheduler took nothing, the simulator did not wait); GPUs on their way to Serve are not lent
+again (the simulator's rule; the live scheduler's Serve counts a replica that waits for a GPU
+in its wanted replicas, so it passes none); a borrower's lost work is one step (`lost_s`) in
+both; the history is `LoanConfig.history` intervals in both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tidal.autoscaler.reclaim import Borrower, Reclaim, choose_reclaim
+from tidal.serving.loans import LoanConfig, LoanDecision, decide_loan, lend_by_node
+
+Reclaimer = Callable[[Sequence[Borrower], int], Sequence[Reclaim]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoanState:
+    """What the loan manager remembers between steps (stored by the live scheduler, so that a
+    restarted one does not start blind)."""
+
+    demand: tuple[float, ...] = ()  # one sample per interval, oldest first
+    lent: Mapping[str, int] = field(default_factory=dict)  # GPUs lent per inference node
+    risk: float = 1.0  # the chance a lent GPU is recalled soon (`LoanDecision.recall_risk`)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"demand": list(self.demand), "lent": dict(self.lent), "risk": self.risk}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> LoanState:
+        return cls(demand=tuple(float(x) for x in d.get("demand", ())),
+                   lent={str(k): int(v) for k, v in dict(d.get("lent", {})).items()},
+                   risk=float(d.get("risk", 1.0)))
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolNow:
+    """What the executor observed of the inference pool this interval."""
+
+    pool: Mapping[str, int]  # inference node → its GPUs
+    demand: float | None  # the interval's demand; None: nothing observed yet (lend nothing)
+    held: Mapping[str, int]  # GPUs training holds per inference node (stopping jobs' included)
+    borrowers: tuple[Borrower, ...] = ()  # running jobs holding lent GPUs, and not asked to stop
+    returning: int = 0  # lent GPUs held by jobs already asked to stop: on their way back
+    starting: int = 0  # GPUs given back to Serve and not serving yet: not lendable
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoanStep:
+    decision: LoanDecision | None  # None: no demand observed yet
+    reclaims: tuple[Reclaim, ...]  # the borrowers to shrink or stop
+    lent: dict[str, int]  # what training may hold per inference node from now on
+    held_after: int  # GPUs training holds on the pool once the reclaims have taken effect
+
+    @property
+    def lendable(self) -> int:
+        return self.decision.lendable if self.decision is not None else 0
+
+
+def loan_step(state: LoanState, now: PoolNow, cfg: LoanConfig,
+              reclaim: Reclaimer = choose_reclaim) -> tuple[LoanStep, LoanState]:
+    """One step of the module docstring."""
+    demand = state.demand if now.demand is None else (*state.demand, float(now.demand))[-cfg.history:]
+    total = sum(now.pool.values())
+    decision = decide_loan(demand, total, cfg) if demand else None
+    lendable = decision.lendable if decision is not None else 0
+    held = {nid: int(now.held.get(nid, 0)) for nid in now.pool}
+    need = sum(held.values()) - now.returning - lendable
+    picks: tuple[Reclaim, ...] = tuple(reclaim(now.borrowers, need)) if need > 0 else ()
+    for r in picks:
+        for nid, g in r.freed_by_node:
+            held[nid] -= g
+    held_after = sum(held.values())
+    # the GPUs this step takes back are on their way to Serve, like those of earlier steps
+    back = now.starting + sum(r.freed for r in picks)
+    lent = lend_by_node(now.pool, min(max(lendable, held_after), total - back), held)
+    risk = decision.recall_risk if decision is not None else 1.0
+    return (LoanStep(decision=decision, reclaims=picks, lent=lent, held_after=held_after),
+            LoanState(demand=demand, lent=lent, risk=risk))
