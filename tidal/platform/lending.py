@@ -38,6 +38,7 @@ class Lending:
         self.cfg, self.metrics, self.store = cfg, metrics, store
         kept = store.measured(LOAN_STATE)
         self.loan = LoanState.from_dict(kept) if kept else LoanState()
+        self.stored = self.loan  # what the store holds: a tick that changes nothing writes nothing
         self.state: dict[str, Any] = {}  # the last loan as `Scheduler.pools` shows it; {} without a pool
 
     def step(self, recs: list[JobRecord], ray_nodes: list[dict[str, Any]],
@@ -88,8 +89,12 @@ class Lending:
         return stops
 
     def _keep(self) -> None:
-        """Store the step's state (a refused write is logged: the next tick stores it again)."""
+        """Store the step's state if it changed (a refused write is logged: the next tick stores
+        it again). Steady demand leaves it as it is: no write per tick on an idle pool."""
+        if self.loan == self.stored:
+            return
         try:
             self.store.set_measured(LOAN_STATE, self.loan.to_dict())
+            self.stored = self.loan
         except StoreWriteError as e:
             log.warning("loan state not stored: %s", e)
