@@ -1,5 +1,6 @@
 """Lending idle inference GPUs to training, in the simulator: no loans, Kueue-style evict-on-reclaim,
-and Tidal (predictive loans, least-cost shrinking reclaims).
+Tidal (risk-bounded loans, least-cost shrinking reclaims), a clairvoyant oracle, and Lyra's static
+baseline.
 
     python benchmarks/loan_compare.py --workload ../shared/traces/rubick/workload-base.csv \\
         --traces ../shared/traces/rubick --serving ../shared/traces/azure-llm/AzureLLMInferenceTrace_conv.csv
@@ -10,9 +11,14 @@ time-scaled to span the workload (the no-loan run's makespan), under a diurnal e
 ebb and flow per day, or per span when the workload is shorter than a day), counted per 60-s
 interval and scaled so that the busiest interval needs all 32 inference GPUs at the SLO (`--phase`:
 where in its cycle the envelope starts; 0, the default, starts at the trough), with
-one replica's measured capacity (`tidal.serving.app.REPLICA_RPS`). All three arms run the same
-policy (`tidal.core.policy.decide`); only the inference pool's loans differ
-(`tidal.sim.serving`).
+one replica's measured capacity (`tidal.serving.app.REPLICA_RPS`).
+
+The arms (`ARMS`): `no_loan`, `evict` (Kueue's cohort borrowing), `tidal` (the loan manager,
+`tidal.serving.loans`, at `--risk`), `oracle` (a loan manager that knows the demand of the
+coming lead time and lends the rest: the most any forecast could lend without a shortfall) run
+the same policy (`tidal.core.policy.decide`) and differ only in the inference pool's loans
+(`tidal.sim.serving`); `static` is FIFO at each job's requested GPUs and plan with no loans, the
+scheduler Lyra's 1.48–1.50× is measured against (loaning *and* elastic scaling).
 
 Before them, the ceiling: the same policy on a training cluster that owns the inference pool's
 nodes outright (no serving at all). No loaning scheme can beat it, so `loan_jct_ceiling` and
@@ -21,9 +27,17 @@ than the lendable GPUs leaves little).
 
 Prints each arm's metrics, then `loan_jct_speedup` (no-loan avg JCT ÷ Tidal's),
 `queue_speedup` (no-loan avg queueing ÷ Tidal's), `utilization_gain_points` (all 96 GPUs, Tidal
-minus no-loan, percentage points), `preemptions_per_job` of both loaning arms, and last
-`slo_violation_rate` (the share of requests over the SLO under Tidal). Writes
-`<out>/loan-<workload>-timeline.png` (inference pool: demand, replicas, GPUs lent).
+minus no-loan, percentage points), `preemptions_per_job` of both loaning arms,
+`lyra_jct_speedup` (static avg JCT ÷ Tidal's), `oracle_loan_jct_speedup` (no-loan ÷ oracle),
+`lent_capture` (Tidal's lent GPU-seconds ÷ the oracle's), `wasted_loans` (the share of loans
+recalled while the borrower still restarts), `oracle_slo_violation_rate` (0: the oracle never
+misses; checked), and last `slo_violation_rate` (the share of requests over the SLO under
+Tidal). Writes `<out>/loan-<workload>-timeline.png` (inference pool: demand, replicas, GPUs lent).
+
+`--serving-family` runs the workload under every demand of `tidal.sim.traffic.family` (seeded
+on/off bursts, flash crowds, a diurnal day, a slow ramp, and the serving trace at several
+time-scales), one line each, then the worst cases, `family_max_slo_violation_rate` last: a loan
+manager is judged on traffic it was not shaped on.
 
 `--family W.csv ...` runs the same comparison on every workload of the policy sweep's family
 (`tidal.sim.workload.family` over those traces, `--seed`: the shared traces, their variants with
@@ -51,12 +65,17 @@ from tidal.serving.traffic import Envelope, demand_series, read_arrivals
 from tidal.sim.serving import InferencePool, Mode
 from tidal.sim.simulator import POLICIES, SimConfig, SimResult, Simulator
 from tidal.sim.tables import Truth
+from tidal.sim.traffic import family as traffic_family
 from tidal.sim.views import SimPlanner
 from tidal.sim.workload import SimJob, check_jobs, family, read_workload
 
-ARMS: dict[str, Mode] = {"no_loan": "none", "evict": "evict", "tidal": "shrink"}
+# arm → (training policy, the inference pool's mode; `tidal.sim.serving`)
+ARMS: dict[str, tuple[str, Mode]] = {"no_loan": ("tidal", "none"), "evict": ("tidal", "evict"),
+                                     "tidal": ("tidal", "shrink"), "oracle": ("tidal", "oracle"),
+                                     "static": ("fifo_static", "none")}
+LOANING = ("evict", "tidal", "oracle")  # the arms whose figures depend on the serving demand
 COLUMNS = ("avg_jct_s", "avg_queue_s", "makespan_s", "gpu_util_all", "preemptions_per_job",
-           "slo_violation_rate", "lent_gpu_s")
+           "slo_violation_rate", "lent_gpu_s", "wasted_loans")
 
 
 def timeline_png(results: dict[str, tuple[SimResult, Simulator]], path: Path, replica_rps: float) -> None:
@@ -89,49 +108,61 @@ def timeline_png(results: dict[str, tuple[SimResult, Simulator]], path: Path, re
 Arms = dict[str, tuple[SimResult, Simulator]]
 
 
-def run_arms(jobs: list[SimJob], truth: Truth, planner: SimPlanner, arrivals: np.ndarray,
-             args: argparse.Namespace, say: bool = True) -> tuple[SimResult, Arms]:
-    """The ceiling's run (training owns the inference nodes, no serving) and the three arms on
-    one workload, the serving demand scaled to its no-loan makespan (the module docstring)."""
-    cfg = SimConfig()
-    interval = cfg.round_s or 60.0
-    policy = POLICIES["tidal"]
-    t0 = time.time()
-    base = Simulator(jobs, truth, planner, policy, cfg).run()
-    span = max(j.finish for j in base.jobs)
-    if say:
-        print(f"no-loan training run: makespan {base.metrics['makespan_s']:,.0f} s "
-              f"({time.time() - t0:.0f} s)", flush=True)
-    pool_gpus = args.inference_nodes * 8
-    rates = demand_series(arrivals, span, interval, peak_rps=pool_gpus * args.replica_rps,
-                          envelope=Envelope(period_s=min(86_400.0, span), phase=args.phase))
-    t = time.time()
-    whole = replace(cfg, nodes=cfg.nodes + args.inference_nodes)
-    owned = Simulator(jobs, truth, planner, policy, whole).run()
-    if say:
-        print(f"ceiling: {whole.nodes} training nodes, no serving: avg JCT "
-              f"{owned.metrics['avg_jct_s']:,.0f} s, queue {owned.metrics['avg_queue_s']:,.0f} s "
-              f"({time.time() - t:.1f} s)", flush=True)
-        print(f"serving demand: {len(rates)} intervals, "
-              f"mean {rates.mean() / args.replica_rps:.1f} replicas, "
-              f"peak {rates.max() / args.replica_rps:.0f} "
-              f"(replica {args.replica_rps:g} req/s at the SLO)", flush=True)
-    results: Arms = {}
-    for name, mode in ARMS.items():
+class Bench:
+    """One workload's runs: those without serving demand once (the span, the ceiling), the arms
+    for each demand series (`arms`)."""
+
+    def __init__(self, jobs: list[SimJob], truth: Truth, planner: SimPlanner, args: argparse.Namespace,
+                 say: bool = True) -> None:
+        self.jobs, self.truth, self.planner, self.args, self.say = jobs, truth, planner, args, say
+        self.cfg = SimConfig()
+        self.interval = self.cfg.round_s or 60.0
+        self.pool_gpus = args.inference_nodes * 8
+        t0 = time.time()
+        base = Simulator(jobs, truth, planner, POLICIES["tidal"], self.cfg).run()
+        self.span = max(j.finish for j in base.jobs)
+        self.intervals = max(1, math.ceil(self.span / self.interval))
+        self._say(f"no-loan training run: makespan {base.metrics['makespan_s']:,.0f} s "
+                  f"({time.time() - t0:.0f} s)")
         t = time.time()
-        loan = LoanConfig(replica_rps=args.replica_rps, interval_s=interval, predictive=mode == "shrink")
-        pool = InferencePool(rates=tuple(float(r) for r in rates), loan=loan, mode=mode,
-                             nodes=args.inference_nodes)
-        sim = Simulator(jobs, truth, planner, policy, cfg, serving=pool)
-        results[name] = (sim.run(), sim)
-        if say:
-            print(f"simulated {name:<8} in {time.time() - t:.1f} s", flush=True)
-    return owned, results
+        whole = replace(self.cfg, nodes=self.cfg.nodes + args.inference_nodes)
+        self.owned = Simulator(jobs, truth, planner, POLICIES["tidal"], whole).run()
+        m = self.owned.metrics
+        self._say(f"ceiling: {whole.nodes} training nodes, no serving: avg JCT {m['avg_jct_s']:,.0f} s, "
+                  f"queue {m['avg_queue_s']:,.0f} s ({time.time() - t:.1f} s)")
+
+    def _say(self, line: str) -> None:
+        if self.say:
+            print(line, flush=True)
+
+    def trace_demand(self, arrivals: np.ndarray) -> np.ndarray:
+        """The serving trace as the module docstring describes it."""
+        return demand_series(arrivals, self.span, self.interval,
+                             peak_rps=self.pool_gpus * self.args.replica_rps,
+                             envelope=Envelope(period_s=min(86_400.0, self.span), phase=self.args.phase))
+
+    def arms(self, rates: np.ndarray) -> Arms:
+        """Every arm on one demand series (the fixed ones' training once, their serving each time)."""
+        a = self.args
+        mean, peak = rates.mean() / a.replica_rps, rates.max() / a.replica_rps
+        self._say(f"serving demand: {len(rates)} intervals, mean {mean:.1f} replicas, peak {peak:.0f} "
+                  f"(replica {a.replica_rps:g} req/s at the SLO)")
+        out: Arms = {}
+        for name, (policy, mode) in ARMS.items():
+            t = time.time()
+            loan = LoanConfig(replica_rps=a.replica_rps, interval_s=self.interval, predictive=mode != "evict",
+                              risk=a.risk)
+            pool = InferencePool(rates=tuple(float(r) for r in rates), loan=loan, mode=mode,
+                                 nodes=a.inference_nodes)
+            sim = Simulator(self.jobs, self.truth, self.planner, POLICIES[policy], self.cfg, serving=pool)
+            out[name] = (sim.run(), sim)
+            self._say(f"simulated {name:<8} in {time.time() - t:.1f} s")
+        return out
 
 
 def speedups(owned: SimResult, results: Arms) -> dict[str, float]:
-    """The printed figures of one workload (the module docstring)."""
-    no, evict, tidal = (results[k][0].metrics for k in ARMS)
+    """The printed figures of one workload and demand (the module docstring)."""
+    no, evict, tidal, oracle, static = (results[k][0].metrics for k in ARMS)
     return {"loan_jct_ceiling": no["avg_jct_s"] / owned.metrics["avg_jct_s"],
             "loan_queue_ceiling": no["avg_queue_s"] / max(owned.metrics["avg_queue_s"], 1e-9),
             "loan_jct_speedup": no["avg_jct_s"] / tidal["avg_jct_s"],
@@ -139,7 +170,39 @@ def speedups(owned: SimResult, results: Arms) -> dict[str, float]:
             "utilization_gain_points": 100 * (tidal["gpu_util_all"] - no["gpu_util_all"]),
             "preemptions_per_job_evict": evict["preemptions_per_job"],
             "preemptions_per_job_tidal": tidal["preemptions_per_job"],
+            "lyra_jct_speedup": static["avg_jct_s"] / tidal["avg_jct_s"],
+            "oracle_loan_jct_speedup": no["avg_jct_s"] / oracle["avg_jct_s"],
+            "lent_capture": tidal["lent_gpu_s"] / oracle["lent_gpu_s"] if oracle["lent_gpu_s"] else 1.0,
+            "wasted_loans": tidal["wasted_loans"],
+            "oracle_slo_violation_rate": oracle["slo_violation_rate"],
             "slo_violation_rate": tidal["slo_violation_rate"]}
+
+
+def run_serving_family(bench: Bench, arrivals: np.ndarray) -> int:
+    """`--serving-family`: one workload under every demand of `tidal.sim.traffic.family`, one line
+    each, then the family's worst cases, the share of requests over the SLO last."""
+    cols = {"loan_jct_speedup": "JCT ×", "oracle_loan_jct_speedup": "oracle JCT ×", "lent_capture": "capture",
+            "preemptions_per_job_tidal": "preempt/job", "preemptions_per_job_evict": "evict p/job",
+            "wasted_loans": "wasted", "slo_violation_rate": "over SLO"}
+    print(f"{'demand':<18}" + "".join(f"{h:>13}" for h in cols.values()), flush=True)
+    figures: list[dict[str, float]] = []
+    t0 = time.time()
+    demands = traffic_family(arrivals, bench.intervals, bench.interval,
+                             peak_rps=bench.pool_gpus * bench.args.replica_rps, seed=bench.args.seed)
+    for name, rates in demands:
+        f = speedups(bench.owned, bench.arms(rates))
+        assert f["oracle_slo_violation_rate"] == 0.0, f"{name}: the oracle missed the SLO"
+        figures.append(f)
+        row = "".join(f"{f[c]:>13.4f}" for c in cols)
+        print(f"{name:<18}{row}   ({time.time() - t0:.0f} s)", flush=True)
+    print(f"\nfamily_demands: {len(figures)}")
+    print(f"family_min_loan_jct_speedup: {min(f['loan_jct_speedup'] for f in figures):.3f}")
+    print(f"family_min_lent_capture: {min(f['lent_capture'] for f in figures):.3f}")
+    print(f"family_max_wasted_loans: {max(f['wasted_loans'] for f in figures):.3f}")
+    worst = max(f["preemptions_per_job_tidal"] / max(f["preemptions_per_job_evict"], 1e-9) for f in figures)
+    print(f"family_max_preemptions_vs_evict: {worst:.3f}")
+    print(f"family_max_slo_violation_rate: {max(f['slo_violation_rate'] for f in figures):.4f}")
+    return 0
 
 
 def run_family(args: argparse.Namespace, workloads: list[tuple[str, list[SimJob]]], truth: Truth,
@@ -153,8 +216,8 @@ def run_family(args: argparse.Namespace, workloads: list[tuple[str, list[SimJob]
     figures: list[dict[str, float]] = []
     t0 = time.time()
     for name, jobs in workloads:
-        owned, results = run_arms(jobs, truth, planner, arrivals, args, say=False)
-        f = speedups(owned, results)
+        bench = Bench(jobs, truth, planner, args, say=False)
+        f = speedups(bench.owned, bench.arms(bench.trace_demand(arrivals)))
         figures.append(f)
         row = "".join(f"{f[c]:>12.3f}" for c in cols)
         print(f"{name:<38}{row}   ({time.time() - t0:.0f} s)", flush=True)
@@ -177,15 +240,23 @@ def main(argv: list[str] | None = None) -> int:
     which.add_argument("--workload", type=Path, help="one workload (CSV): every arm's metrics and the PNG")
     which.add_argument("--family", type=Path, nargs="+",
                        help="shared traces (CSV) to build the sweep's family from; one line per workload")
+    ap.add_argument("--serving-family", action="store_true",
+                    help="with --workload: every demand of tidal.sim.traffic.family, one line each")
     ap.add_argument("--traces", type=Path, required=True)
     ap.add_argument("--serving", type=Path, required=True, help="an Azure LLM inference trace (CSV)")
     ap.add_argument("--replica-rps", type=amount(), default=REPLICA_RPS)
     ap.add_argument("--inference-nodes", type=count(1), default=4)
     ap.add_argument("--phase", type=float, default=0.0,
                     help="the envelope's phase at the workload's start, in periods (0: the trough)")
+    ap.add_argument("--risk", type=float, default=LoanConfig.risk,
+                    help="the loan manager's risk target (tidal.serving.loans.LoanConfig.risk)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=Path("results"))
     args = ap.parse_args(argv)
+    if args.serving_family and args.family:
+        ap.error("--serving-family runs one workload (--workload), not --family")
+    if not 0.0 < args.risk < 1.0:
+        ap.error(f"--risk: a probability in (0, 1), got {args.risk}")
     try:  # bad input: one line naming it, before any model is fitted
         arrivals = read_arrivals(args.serving)
         truth = Truth(args.traces)
@@ -198,17 +269,20 @@ def main(argv: list[str] | None = None) -> int:
     planner = SimPlanner(truth=truth, seed=args.seed)
     if args.family:
         return run_family(args, workloads, truth, planner, arrivals)
-    jobs = workloads[0][1]
-    owned, results = run_arms(jobs, truth, planner, arrivals, args)
+    bench = Bench(workloads[0][1], truth, planner, args)
+    if args.serving_family:
+        return run_serving_family(bench, arrivals)
+    results = bench.arms(bench.trace_demand(arrivals))
     print(f"\n{'arm':<9}" + "".join(f"{c:>21}" for c in COLUMNS))
     for name, (r, _) in results.items():
         print(f"{name:<9}" + "".join(f"{r.metrics[c]:>21,.4f}" for c in COLUMNS))
     args.out.mkdir(parents=True, exist_ok=True)
     png = args.out / f"loan-{args.workload.stem}-timeline.png"
-    timeline_png(results, png, args.replica_rps)
+    timeline_png({k: results[k] for k in ("no_loan", *LOANING)}, png, args.replica_rps)
     print(f"\nwrote {png}")
-    for k, v in speedups(owned, results).items():
-        digits = {"slo_violation_rate": 4, "utilization_gain_points": 2}.get(k, 3)
+    for k, v in speedups(bench.owned, results).items():
+        digits = {"slo_violation_rate": 4, "oracle_slo_violation_rate": 4,
+                  "utilization_gain_points": 2}.get(k, 3)
         print(f"{k}: {v:.{digits}f}")
     return 0
 

@@ -60,15 +60,19 @@ def test_lent_gpus_go_back_to_serve_on_a_surge(ray_cluster: Any, inference_node:
                   name="gpt", route_prefix="/gpt")
         cfg = SchedulerConfig(tick_s=1.0, state_path=str(tmp_path / "tidal.sqlite"), restart_cost_s=0.0,
                               cpus_per_worker=0.25, policy=PolicyConfig(aging_s=1e6),
-                              loans=LoanConfig(replica_rps=1.0, interval_s=1.0, lead_s=5.0, window=10,
-                                               min_replicas=0))
+                              loans=LoanConfig(replica_rps=1.0, interval_s=1.0, lead_s=5.0, min_replicas=0))
         scheduler = sdk.connect(cfg)
         spec = tiny_gpt_spec(name="on-loan", total_steps=2400, max_gpus=4, checkpoint_every=100)
         options = tuple(Option(gpus=n, plan=Plan(dp=n, zero_stage=1, micro_batch=8 // n),
                                samples_per_s=100.0 * n) for n in (1, 2, 4))
         job = sdk.JobHandle(ray.get(scheduler.submit.remote(spec, options)), scheduler)
-        _wait(lambda: job.status()["state"] == "RUNNING" and job.status()["step"] >= 20,
-              "the job to run", 300)
+        # nothing is lent until the demand's history can bound its rise at the loan's risk
+        # (`tidal.serving.loans`: H + 9 intervals at a risk of 10%): the job starts on the training
+        # pool's 2 GPUs and grows onto the 2 lent ones once they are offered
+        _wait(lambda: (st := job.status())["state"] == "RUNNING" and st["gpus"] == 4,
+              "the job to run on 4 GPUs, 2 of them lent", 300)
+        grown = job.status()["step"]  # the surge comes once it has stepped on the loan
+        _wait(lambda: job.status()["step"] >= grown + 20, "20 steps on the lent GPUs", 300)
         st = job.status()
         assert st["gpus"] == 4 and inference_node in st["nodes"], (
             st, ray.get(scheduler.recent_events.remote()))

@@ -24,7 +24,7 @@ from tidal.sim.records import ActiveJob, SimResult
 from tidal.sim.serving import InferencePool, ServingSim
 from tidal.sim.workload import SimJob
 
-CFG = LoanConfig(replica_rps=1.0, interval_s=60.0, lead_s=30.0, window=3, min_replicas=0)
+CFG = LoanConfig(replica_rps=1.0, interval_s=60.0, lead_s=30.0, min_replicas=0)
 
 
 def _random_pool(rng: random.Random) -> tuple[dict[str, int], dict[str, int], tuple[Borrower, ...]]:
@@ -73,11 +73,11 @@ def test_gpus_on_their_way_back_are_not_reclaimed_twice() -> None:
     pool = {"inf-0": 8}
     borrower = Borrower(job_id="a", gpus=4, lent_by_node=(("inf-0", 4),), options=(2, 4))
     now = PoolNow(pool=pool, demand=6.0, held={"inf-0": 8}, borrowers=(borrower,), returning=4)
-    step, _ = loan_step(LoanState(demand=(6.0, 6.0)), now, replace(CFG, headroom=0.0))
+    step, _ = loan_step(LoanState(demand=(6.0,) * 20), now, CFG)
     # 8 held − 4 on their way back − 2 lendable: 2 more to take, not 6
     assert step.lendable == 2 and [(r.job_id, r.keep_gpus, r.freed) for r in step.reclaims] == [("a", 2, 2)]
     now = replace(now, returning=6)
-    step, _ = loan_step(LoanState(demand=(6.0, 6.0)), now, replace(CFG, headroom=0.0))
+    step, _ = loan_step(LoanState(demand=(6.0,) * 20), now, CFG)
     assert step.reclaims == ()
 
 
@@ -112,8 +112,9 @@ def _options(*counts: int) -> tuple[Option, ...]:
 
 
 def _scenario() -> tuple[list[float], dict[str, tuple[tuple[Option, ...], tuple[tuple[str, int], ...]]]]:
-    """Serve's demand per interval (replicas), and two borrowers: their options and allocations."""
-    demand = [1.0, 1.0, 2.0, 1.0, 1.0, 5.0, 7.0, 3.0, 2.0, 1.0, 1.0, 6.0]
+    """Serve's demand per interval (replicas): a steady start long enough for the forecast to
+    state its risk, then surges; and two borrowers: their options and allocations."""
+    demand = [1.0] * 12 + [1.0, 1.0, 2.0, 1.0, 1.0, 5.0, 7.0, 3.0, 2.0, 1.0, 1.0, 6.0]
     jobs = {"a": (_options(1, 2), (("inf-000", 2),)),
             "b": (_options(2, 4), (("inf-001", 2), ("own-0", 2)))}
     return demand, jobs
@@ -135,8 +136,10 @@ def test_the_live_and_simulated_loan_steps_conform(tmp_path: Path) -> None:
     result = SimResult(policy="tidal", jobs=[], timeline=[], actions=[], round_ms=[], metrics={})
     live = Lending(CFG, Metrics(), Store(tmp_path / "tidal.sqlite"))
     nodes = [_ray_node("inf-000", 4), _ray_node("inf-001", 4)]
-    reclaims_seen = 0
-    for k in range(1, len(demand) + 1):
+    warm = 12  # the steady start, as both executors would have seen it before the borrowers came
+    live.loan = LoanState(demand=tuple(demand[:warm]))
+    reclaims_seen, lent_seen = 0, 0
+    for k in range(warm + 1, len(demand) + 1):
         t = k * CFG.interval_s
         recs = [JobRecord(job_id=jid, name=jid, spec=b"", state=JobState.RUNNING, options=j.options,
                           allocation=[[n, g] for n, g in j.alloc.gpus_by_node] if j.alloc else None)
@@ -149,4 +152,5 @@ def test_the_live_and_simulated_loan_steps_conform(tmp_path: Path) -> None:
         assert live.loan == sim.state, k
         assert live.state["lent"] == sim.lent, k
         reclaims_seen += len(sim_stops)
-    assert reclaims_seen > 0  # the scenario's surges do reclaim
+        lent_seen = max(lent_seen, sum(sim.lent.values()))
+    assert reclaims_seen > 0 and lent_seen > 0  # the scenario lends, and its surges reclaim

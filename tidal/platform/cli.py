@@ -220,8 +220,10 @@ def format_pools(loans: dict[str, Any]) -> str:
     """The pools line of `tidal status`: the inference pool's GPUs, Serve's replicas, the loan."""
     if not loans:
         return "pools: training only (no node labelled tidal.io/pool=inference)"
+    f = loans.get("forecast")
+    kept = f"forecast {f:.1f}" if f is not None else "too little history to forecast: lending nothing"
     return (f"pools: inference {loans['pool_gpus']} GPUs, Serve wants {loans['serve_replicas']:.0f} "
-            f"replicas (forecast {loans['forecast']:.1f}); lendable {loans['lendable']}, "
+            f"replicas ({kept}); lendable {loans['lendable']}, "
             f"lent to training {loans['held']}")
 
 

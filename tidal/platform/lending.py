@@ -17,6 +17,7 @@ restarted scheduler forecasts from the history it had instead of starting blind.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -68,7 +69,7 @@ class Lending:
                                       lent_by_node=lent, options=tuple(o.gpus for o in r.options),
                                       lost_s=step_s(r), restart_s=restart_s or 30.0))
         now = PoolNow(pool=pool, demand=demand, held=held, borrowers=tuple(borrowers),
-                      returning=returning)
+                      returning=returning, min_loan_s=restart_s)
         step, self.loan = loan_step(self.loan, now, self.cfg)
         self._keep()
         by_id = {r.job_id: r for r in recs}
@@ -81,7 +82,7 @@ class Lending:
             stops.append((by_id[pick.job_id], why))
         total, lendable = sum(pool.values()), max(0, min(step.lendable, sum(pool.values())))
         self.state = {"lent": step.lent, "lendable": lendable, "pool_gpus": total, "serve_replicas": demand,
-                      "forecast": step.decision.forecast_rps if step.decision else 0.0,
+                      "forecast": _finite(step.decision.forecast_rps if step.decision else 0.0),
                       "risk": self.loan.risk, "held": sum(held.values())}
         self.metrics.pool_gpus.set(total, tags={"pool": "inference", "kind": "total"})
         self.metrics.pool_gpus.set(lendable, tags={"pool": "inference", "kind": "lendable"})
@@ -98,3 +99,8 @@ class Lending:
             self.stored = self.loan
         except StoreWriteError as e:
             log.warning("loan state not stored: %s", e)
+
+
+def _finite(x: float) -> float | None:
+    """A forecast as JSON shows it: None while the history cannot bound the demand (∞)."""
+    return x if math.isfinite(x) else None

@@ -1,25 +1,42 @@
 """The loan manager: how many inference GPUs Serve can lend to training now. Pure functions.
 
-Serve's demand (requests/s, one sample per interval) comes in as data; the live system feeds it
-from its Serve deployment's request counts, the simulator from a replayed trace. Nothing here
-reads a clock or the cluster.
+Serve's demand (one sample per interval, in the units of `LoanConfig.replica_rps`) comes in as
+data; the live system feeds it from its Serve deployments, the simulator from a replayed trace.
+Nothing here reads a clock or the cluster.
 
-**Forecast** (Holt's linear exponential smoothing, plus a burst margin). With r_t the rate of
-interval t:
+**What must stay with Serve.** A loan decided now can only be undone by a reclaim decided at the
+next interval, which takes effect `lead_s` later (checkpoint + stop + a replica's start). So the
+replicas kept now must serve the demand of the next H intervals,
 
-    ℓ_t = α r_t + (1 − α)(ℓ_{t−1} + b_{t−1}),   b_t = β (ℓ_t − ℓ_{t−1}) + (1 − β) b_{t−1}
-    r̂(t + h) = ℓ_t + h b_t
-    F = max( max_{1≤h≤H} r̂(t + h),  max_{t−W<s≤t} r_s ) · (1 + headroom)
+    D_t = max(r_{t+1}, …, r_{t+H}),   H = ⌈(lead_s + interval_s) / interval_s⌉.
 
-H = ⌈(lead_s + interval_s) / interval_s⌉ intervals: the demand must be covered until a reclaim
-decided at the next interval has taken effect (lead_s: checkpoint + stop + replica start). The
-window maximum W keeps GPUs from being lent in the lull between two bursts of a bursty stream
-(the trend alone reacts a step late), and the headroom covers the noise of one interval.
+**Risk-bounded forecast** (split conformal prediction over the traffic's own history). Each past
+interval s with H intervals after it gives one score, the rise it was followed by relative to
+its level (plus one replica's worth c = replica_rps, so that an idle service's rises are
+counted in replicas rather than as infinite ratios):
 
-**Lendable GPUs**: replicas needed R = max(min_replicas, ⌈F / replica_rps⌉) (replica_rps: one
-replica's requests/s at the latency SLO, measured), lendable = max(0, pool − R). Lending never
-exceeds what Serve does not need: lendable ≤ pool − ⌈r_t / replica_rps⌉ for the current rate
-too, whatever the forecast says (the forecast only ever lends less).
+    e_s = (D_s − r_s) / (r_s + c)
+
+With n scores sorted, the kept demand is the current rate plus the k-th smallest score scaled
+to the current level,
+
+    F = r_t + e_(k) · (r_t + c),   k = ⌈(n + 1)(1 − risk)⌉,
+
+which covers D_t with probability at least 1 − risk when the scores are exchangeable (the
+conformal guarantee; the split needs no model of the traffic). When k > n the history is too
+short to say so and nothing is lent (F = ∞): n ≥ (1 − risk) / risk scores are needed, 9 at
+the default risk of 10%. The risk is a setting, the chance per decision that the demand outgrows
+what was kept before a reclaim can answer; a shortfall then costs the excess for at most one
+lead time, so the share of requests over the SLO is a fraction of it. Scores are relative
+because traffic's rises scale with its level (a diurnal peak rises more requests/s in a minute
+than its trough).
+
+**Lendable GPUs**: replicas needed R = max(min_replicas, ⌈F / replica_rps⌉), lendable =
+max(0, pool − R). Lending never exceeds what Serve does not need now: F ≥ r_t whatever the
+scores (the forecast only ever lends less); `min_replicas` is the availability floor lending
+never takes. With `predictive` off, F = r_t (Kueue's cohort borrowing: lend what is idle now).
+The simulator's oracle passes D_t itself (`ahead`): the most any forecast could lend without a
+shortfall.
 
 **Which GPUs** (`lend_by_node`): a node's GPUs are either running a replica or lendable; GPUs
 training already holds stay lent while the count allows (a recall costs a restart), the rest
@@ -38,50 +55,92 @@ class LoanConfig:
     replica_rps: float  # one replica's requests/s at the SLO (measured: tidal.serving.capacity)
     interval_s: float = 60.0
     lead_s: float = 30.0  # reclaim lead time: checkpoint + stop + a replica's start
-    alpha: float = 0.5
-    beta: float = 0.3
-    window: int = 5  # intervals of the burst maximum
-    headroom: float = 0.1
-    min_replicas: int = 1
+    # the chance per decision that the demand before a reclaim can answer outgrows what is kept
+    risk: float = 0.1
+    min_replicas: int = 1  # the availability floor: replicas lending never takes
     predictive: bool = True  # False: lend what is idle now (Kueue's borrowing), no forecast
-    history: int = 60  # intervals of demand the loan step keeps (`tidal.serving.loanstep`)
+    history: int = 120  # intervals of demand the loan step keeps (`tidal.serving.loanstep`)
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.risk < 1.0:
+            raise ValueError(f"risk: a probability in (0, 1), got {self.risk}")
+        if not self.replica_rps > 0 or not self.interval_s > 0 or self.lead_s < 0:
+            raise ValueError("replica_rps and interval_s must be > 0, lead_s ≥ 0")
+        if self.history < horizon(self) + 1:
+            raise ValueError(f"history: at least {horizon(self) + 1} intervals (the lead time's "
+                             f"{horizon(self)} and one), got {self.history}")
 
 
 @dataclass(frozen=True, kw_only=True)
 class LoanDecision:
-    forecast_rps: float
+    forecast_rps: float  # F: the demand kept for (∞: the history cannot bound it yet)
     replicas: int  # replicas Serve must be able to run until the next decision takes effect
     lendable: int  # inference GPUs training may hold
+    lendable_new: int  # of which newly lent: what stays idle for a borrower's start too (≤ lendable)
     recall_risk: float  # chance a lent GPU is recalled soon: the share of the pool Serve needs (≥ 0.1)
 
 
-def forecast(rates: Sequence[float], cfg: LoanConfig) -> float:
-    """F of the module docstring, from the rates of the intervals so far (oldest first)."""
+def horizon(cfg: LoanConfig, extra_s: float = 0.0) -> int:
+    """H: the intervals a loan decided now must leave covered (`extra_s` more for a new loan)."""
+    return max(1, math.ceil((cfg.lead_s + extra_s + cfg.interval_s) / cfg.interval_s - 1e-9))
+
+
+def level(rates: Sequence[float], s: int, h: int) -> float:
+    """b_s of the module docstring: the busiest of the h intervals up to s."""
+    return max(rates[max(0, s - h + 1):s + 1])
+
+
+def rise_scores(rates: Sequence[float], h: int) -> list[float]:
+    """e_s of the module docstring over a horizon of h intervals, for every interval with h
+    intervals after it."""
+    return [max(rates[s + 1:s + h + 1]) - level(rates, s, h) for s in range(len(rates) - h)]
+
+
+def margin(rates: Sequence[float], cfg: LoanConfig, h: int) -> float:
+    """e_(k) of the module docstring over a horizon of h intervals (∞: too few scores yet)."""
+    scores = sorted(rise_scores(rates, h))
+    k = math.ceil((len(scores) + 1) * (1.0 - cfg.risk) - 1e-9)
+    return max(0.0, scores[k - 1]) if k <= len(scores) else math.inf
+
+
+def forecast(rates: Sequence[float], cfg: LoanConfig, extra_s: float = 0.0) -> float:
+    """F of the module docstring from the rates of the intervals so far (oldest first); with
+    `extra_s` > 0, F_new: the demand over the lead time plus `extra_s`, plus the margin F keeps
+    above it (so that a new loan is not recalled by the forecast either)."""
     if not rates:
         return 0.0
     if not cfg.predictive:
-        return float(rates[-1])
-    level, trend = float(rates[0]), 0.0
-    for r in rates[1:]:
-        prev = level
-        level = cfg.alpha * r + (1 - cfg.alpha) * (level + trend)
-        trend = cfg.beta * (level - prev) + (1 - cfg.beta) * trend
-    h = max(1, math.ceil((cfg.lead_s + cfg.interval_s) / cfg.interval_s))
-    ahead = max(level + k * trend for k in range(1, h + 1))
-    recent = max(rates[-cfg.window:])
-    return max(ahead, recent, 0.0) * (1.0 + cfg.headroom)
+        return max(0.0, float(rates[-1]))
+    h = horizon(cfg)
+    f = level(rates, len(rates) - 1, h) + margin(rates, cfg, h)
+    if extra_s <= 0:
+        return f
+    h_new = horizon(cfg, extra_s)
+    return max(f, level(rates, len(rates) - 1, h_new) + margin(rates, cfg, h_new) + margin(rates, cfg, h))
 
 
 def replicas_for(rps: float, cfg: LoanConfig) -> int:
-    return max(cfg.min_replicas, math.ceil(rps / cfg.replica_rps - 1e-9))
+    return max(cfg.min_replicas, math.ceil(rps / cfg.replica_rps - 1e-9)) if math.isfinite(rps) else 2**31
 
 
-def decide_loan(rates: Sequence[float], pool_gpus: int, cfg: LoanConfig) -> LoanDecision:
-    """How many of the pool's GPUs may be lent now (module docstring)."""
-    f = forecast(rates, cfg)
+def decide_loan(rates: Sequence[float], pool_gpus: int, cfg: LoanConfig, *, min_loan_s: float = 0.0,
+                ahead: Sequence[float] | None = None) -> LoanDecision:
+    """How many of the pool's GPUs may be lent now (module docstring), and how many of them to a
+    new borrower, whose loan must outlive its start-up (`min_loan_s`, its restart cost): those
+    idle over the lead time plus `min_loan_s`. `ahead`: the coming intervals' demand when it is
+    known (the simulator's oracle), used instead of the forecast."""
     now = float(rates[-1]) if rates else 0.0
-    replicas = min(pool_gpus, max(replicas_for(f, cfg), replicas_for(now, cfg)))
+
+    def need(extra_s: float) -> int:
+        if ahead is not None:
+            return replicas_for(max(ahead[:horizon(cfg, extra_s)], default=0.0), cfg)
+        return max(replicas_for(forecast(rates, cfg, extra_s), cfg), replicas_for(now, cfg))
+
+    replicas = min(pool_gpus, need(0.0))
+    fresh = min(pool_gpus, max(replicas, need(min_loan_s))) if min_loan_s > 0 else replicas
+    f = max(ahead[:horizon(cfg)], default=0.0) if ahead is not None else forecast(rates, cfg)
     return LoanDecision(forecast_rps=f, replicas=replicas, lendable=max(0, pool_gpus - replicas),
+                        lendable_new=max(0, pool_gpus - fresh),
                         recall_risk=max(0.1, replicas / pool_gpus) if pool_gpus else 1.0)
 
 

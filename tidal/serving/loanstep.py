@@ -14,20 +14,23 @@ One step, once per loan interval:
    for the live scheduler, whose `replica_rps` is 1) joins the history, which keeps the last
    `LoanConfig.history` intervals;
 2. the loan decision (`tidal.serving.loans.decide_loan`) says how many of the pool's GPUs
-   training may hold until a reclaim decided now has taken effect;
-3. if training holds more, less what is already on its way back (GPUs of jobs asked to stop,
-   `PoolNow.returning`), the reclaim (`reclaim`: by default the least-cost one,
+   training may hold until a reclaim decided now has taken effect (`lendable`), and how many a
+   borrower may newly be lent (`lendable_new`: idle for its start-up too, `PoolNow.min_loan_s`,
+   so that no loan is recalled before the borrower's first step);
+3. if training holds more than `lendable`, less what is already on its way back (GPUs of jobs
+   asked to stop, `PoolNow.returning`), the reclaim (`reclaim`: by default the least-cost one,
    `tidal.autoscaler.reclaim.choose_reclaim`) names the borrowers to shrink or stop;
-4. what is lent per node (`lend_by_node`): at least what training still holds after the
-   reclaim (a reclaim that cannot free enough leaves the rest lent, not double-counted), at
-   most the pool less the GPUs given back to Serve and not serving yet (`PoolNow.starting`, and
-   those this step takes back).
+4. what is lent per node (`lend_by_node`): what training still holds after the reclaim (a
+   reclaim that cannot free enough leaves the rest lent, not double-counted), or
+   `lendable_new` if more, at most the pool less the GPUs given back to Serve by earlier steps
+   and not serving yet (`PoolNow.starting`). What training gives up this step is on its way to
+   Serve (`LoanStep.given_back`); a stopped job's GPUs beyond the shortfall may be lent again.
 
 The decisions the two executors used to make differently, and how they are made here: a
 reclaim while a job stops takes only what the stopping jobs do not already give back (the live
 scheduler took nothing, the simulator did not wait); GPUs on their way to Serve are not lent
 again (the simulator's rule; the live scheduler's Serve counts a replica that waits for a GPU
-in its wanted replicas, so it passes none); a borrower's lost work is one step (`lost_s`) in
+in its wanted replicas, so it passes none), and only those training gives up are on their way; a borrower's lost work is one step (`lost_s`) in
 both; the history is `LoanConfig.history` intervals in both.
 """
 
@@ -72,6 +75,10 @@ class PoolNow:
     borrowers: tuple[Borrower, ...] = ()  # running jobs holding lent GPUs, and not asked to stop
     returning: int = 0  # lent GPUs held by jobs already asked to stop: on their way back
     starting: int = 0  # GPUs given back to Serve and not serving yet: not lendable
+    min_loan_s: float = 0.0  # a new borrower's start-up (its restart cost): a loan must outlive it
+    # the demand of the coming intervals when it is known (the simulator's oracle arm, never the
+    # live scheduler): the decision keeps exactly that instead of a forecast
+    ahead: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,6 +87,7 @@ class LoanStep:
     reclaims: tuple[Reclaim, ...]  # the borrowers to shrink or stop
     lent: dict[str, int]  # what training may hold per inference node from now on
     held_after: int  # GPUs training holds on the pool once the reclaims have taken effect
+    given_back: int = 0  # GPUs the reclaims move to Serve (not lent again): serving after the lead time
 
     @property
     def lendable(self) -> int:
@@ -91,8 +99,10 @@ def loan_step(state: LoanState, now: PoolNow, cfg: LoanConfig,
     """One step of the module docstring."""
     demand = state.demand if now.demand is None else (*state.demand, float(now.demand))[-cfg.history:]
     total = sum(now.pool.values())
-    decision = decide_loan(demand, total, cfg) if demand else None
+    decision = (decide_loan(demand, total, cfg, min_loan_s=now.min_loan_s, ahead=now.ahead)
+                if demand else None)
     lendable = decision.lendable if decision is not None else 0
+    fresh = decision.lendable_new if decision is not None else 0
     held = {nid: int(now.held.get(nid, 0)) for nid in now.pool}
     need = sum(held.values()) - now.returning - lendable
     picks: tuple[Reclaim, ...] = tuple(reclaim(now.borrowers, need)) if need > 0 else ()
@@ -100,9 +110,14 @@ def loan_step(state: LoanState, now: PoolNow, cfg: LoanConfig,
         for nid, g in r.freed_by_node:
             held[nid] -= g
     held_after = sum(held.values())
-    # the GPUs this step takes back are on their way to Serve, like those of earlier steps
-    back = now.starting + sum(r.freed for r in picks)
-    lent = lend_by_node(now.pool, min(max(lendable, held_after), total - back), held)
+    # training keeps what it holds up to `lendable`; new loans only up to `lendable_new`; GPUs on
+    # their way to Serve from earlier steps are not lent again
+    lent_total = min(max(fresh, held_after), total - now.starting)
+    lent = lend_by_node(now.pool, lent_total, held)
+    # what training gives up (not what the reclaims free: a stopped job's GPUs beyond the
+    # shortfall may be lent again at once) is on its way to Serve until the lead time has passed
+    given_back = max(0, sum(int(now.held.get(nid, 0)) for nid in now.pool) - now.returning - lent_total)
     risk = decision.recall_risk if decision is not None else 1.0
-    return (LoanStep(decision=decision, reclaims=picks, lent=lent, held_after=held_after),
+    return (LoanStep(decision=decision, reclaims=picks, lent=lent, held_after=held_after,
+                     given_back=min(given_back, sum(r.freed for r in picks))),
             LoanState(demand=demand, lent=lent, risk=risk))

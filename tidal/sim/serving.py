@@ -1,6 +1,6 @@
 """The inference pool in the simulator: Serve's demand, GPUs lent to training, and reclaims.
 
-Three arms run the same training policy (`tidal.core.policy.decide`) and differ only here:
+Four arms run the same training policy (`tidal.core.policy.decide`) and differ only here:
 
 * `none`    no loaning: the inference pool serves alone; training sees the training pool only.
 * `evict`   Kueue-style cohort borrowing: training may hold whatever inference GPUs are idle
@@ -11,12 +11,20 @@ Three arms run the same training policy (`tidal.core.policy.decide`) and differ 
             reclaim lead time (`tidal.serving.loans`), and a reclaim takes the least-cost lent
             GPUs (`tidal.autoscaler.reclaim.choose_reclaim`): the affected jobs checkpoint at a
             step boundary (one step lost) and restart on fewer GPUs, or stop if they cannot.
+* `oracle`  `shrink` with a clairvoyant loan manager: it knows the demand until a reclaim decided
+            at the next round takes effect (`PoolNow.ahead`) and lends the rest, the most any
+            forecast could lend without a shortfall (what `lent_capture` divides by).
 
 Every round (the simulator's `round_s`, equal to the loan interval) the pool first decides the
 loan from the demand of the intervals so far, reclaims if training holds more than is lendable,
 then hands the scheduler's snapshot one `Node(pool="inference", recallable=True)` per inference
-node with the GPUs lent there. A GPU reclaimed at t serves from t + `reclaim_s` (stop + a
-replica's start); until then it is neither training nor serving.
+node with the GPUs lent there. A GPU training gives up at t (`LoanStep.given_back`) serves from
+t + `reclaim_s` (stop + a replica's start); until then it is neither training nor serving. A
+reclaim decided at a round charges nothing of the round's demand it could not see: the loan step
+sees the intervals before the current one.
+
+**Wasted loans**: a job (re)launched on lent GPUs counts one loan; a reclaim that hits it while it
+still restarts (before its first step on the loan) wastes it (`wasted_loans` = wasted ÷ loans).
 
 **Serving accounting.** In interval k the demand is d_k requests/s; the replicas up are
 u(t) = pool − GPUs training holds on inference nodes − reclaimed GPUs not yet up. Requests over
@@ -37,11 +45,11 @@ from tidal.autoscaler.reclaim import Borrower, Reclaim, choose_reclaim, evict_ne
 from tidal.core.policy import Allocation, Node
 from tidal.core.state import JobState
 from tidal.jobs.spec import Plan
-from tidal.serving.loans import LoanConfig
+from tidal.serving.loans import LoanConfig, horizon
 from tidal.serving.loanstep import LoanState, PoolNow, Reclaimer, loan_step
 from tidal.sim.records import ActiveJob, SimResult
 
-Mode = Literal["none", "evict", "shrink"]
+Mode = Literal["none", "evict", "shrink", "oracle"]
 
 
 class ServingError(AssertionError):
@@ -67,6 +75,8 @@ class ServingStats:
     lent_gpu_s: float = 0.0
     reclaims: int = 0
     preemptions: int = 0  # jobs stopped or shrunk by a reclaim
+    loans: int = 0  # (re)launches of a job on lent GPUs
+    wasted: int = 0  # reclaims of a job still restarting (before its first step on the loan)
     reclaimed_gpus: int = 0
     timeline: list[tuple[float, int, int, float]] = field(default_factory=list)  # t, up, lent, demand
 
@@ -82,6 +92,7 @@ class ServingSim:
         self.total = pool.nodes * pool.gpus_per_node
         self.risk = 1.0
         self.state = LoanState()  # the loan step's (`tidal.serving.loanstep`)
+        self.on_loan: dict[str, Allocation] = {}  # job → the allocation it was lent GPUs under
 
     def rate(self, t: float) -> float:
         r = self.pool.rates
@@ -110,6 +121,8 @@ class ServingSim:
         if self.pool.mode == "none":
             return
         cfg = self.pool.loan
+        if self.pool.mode == "oracle":  # it knows the true lead time too
+            cfg = replace(cfg, lead_s=self.pool.reclaim_s)
         k = int(t // cfg.interval_s)
         seen = [self.pool.rates[i % len(self.pool.rates)] for i in range(max(0, k - cfg.history), k)]
         held = self._held(active)
@@ -123,21 +136,31 @@ class ServingSim:
                                       lost_s=1.0 / max(j.rate, 1e-9), restart_s=self.restart_s))
         now = PoolNow(pool={nid: self.pool.gpus_per_node for nid in self.node_ids},
                       demand=seen[-1] if seen else None, held=held, borrowers=tuple(borrowers),
-                      starting=sum(g for u, g in self.pending if u > t))
+                      starting=sum(g for u, g in self.pending if u > t), min_loan_s=self.restart_s,
+                      ahead=self._ahead(k))
         started = {jid: (j.started or 0.0) for jid, j in active.items()}
-        reclaim: Reclaimer = (choose_reclaim if self.pool.mode == "shrink"
-                              else lambda bs, need: evict_newest(bs, need, started))
+        reclaim: Reclaimer = (lambda bs, need: evict_newest(bs, need, started)) if self.pool.mode == "evict" \
+            else choose_reclaim
         # the trace is known: the history is the window before this interval, whatever rounds ran
         step, self.state = loan_step(replace(self.state, demand=tuple(seen[:-1])), now, cfg, reclaim)
         self.risk = self.state.risk
         if step.reclaims:
             for r in step.reclaims:
+                self.stats.wasted += t < active[r.job_id].blocked_until
                 self._apply(t, active[r.job_id], r, result)
-            freed = sum(r.freed for r in step.reclaims)
             self.stats.reclaims += 1
-            self.stats.reclaimed_gpus += freed
-            self.pending.append((t + self.pool.reclaim_s, freed))
+            self.stats.reclaimed_gpus += sum(r.freed for r in step.reclaims)
+            self.pending.append((t + self.pool.reclaim_s, step.given_back))
         self.lent = step.lent
+
+    def _ahead(self, k: int) -> tuple[float, ...] | None:
+        """The oracle's knowledge at round k: the demand of intervals k, k + 1, … for as long as
+        a new loan must last (`tidal.serving.loans.horizon`); the loan step keeps the busiest of
+        the first H, until a reclaim decided at round k + 1 serves."""
+        if self.pool.mode != "oracle":
+            return None
+        h = horizon(replace(self.pool.loan, lead_s=self.pool.reclaim_s), self.restart_s)
+        return tuple(self.pool.rates[i % len(self.pool.rates)] for i in range(k, k + h))
 
     def _apply(self, t: float, job: ActiveJob, r: Reclaim, result: SimResult) -> None:
         """Shrink (graceful: checkpoint at the step boundary) or evict the job."""
@@ -176,6 +199,15 @@ class ServingSim:
 
     def serve(self, t0: float, t1: float, active: dict[str, ActiveJob]) -> None:
         held = self._held(active)
+        for jid, j in active.items():  # count the loans the scheduler's step made
+            if j.alloc is not None and any(nid in held for nid, _ in j.alloc.gpus_by_node):
+                if self.on_loan.get(jid) is not j.alloc:
+                    self.stats.loans += 1
+                    self.on_loan[jid] = j.alloc
+            else:
+                self.on_loan.pop(jid, None)
+        for jid in set(self.on_loan) - set(active):  # ended
+            del self.on_loan[jid]
         for nid in self.node_ids:
             if self.pool.mode != "none" and held[nid] > self.lent[nid]:
                 raise ServingError(f"{nid}: training holds {held[nid]} GPUs, {self.lent[nid]} lent")
@@ -209,4 +241,5 @@ class ServingSim:
             "lent_gpu_s": st.lent_gpu_s,
             "reclaims": float(st.reclaims),
             "preemptions_per_job": st.preemptions / max(1, jobs),
+            "wasted_loans": st.wasted / st.loans if st.loans else 0.0,
         }
