@@ -4,7 +4,13 @@ Serve's autoscaler answers with a second replica and no failed request."""
 
 from __future__ import annotations
 
+import contextlib
+import http.client
+import json
+import threading
 import time
+import urllib.error
+import urllib.request
 from typing import Any
 
 import numpy as np
@@ -91,6 +97,65 @@ def test_serve_a_tidal_checkpoint_under_a_surge(ray_cluster: Any, inference_node
             assert sent and all(s.status == 200 for s in sent), f"{name}: a request failed"
         assert scaled == 2, "Serve did not add a replica under the surge"
         assert all(a.node_id == inference_node for a in replicas())
+
+        # overload: a 10-MB body is refused from its length, before any parsing (the answer comes
+        # while the body is still being sent: the client reads it after the first megabyte, as
+        # one that sends `Expect: 100-continue` would not even send that)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        t = time.monotonic()
+        conn.putrequest("POST", "/gpt")
+        conn.putheader("Content-Type", "application/json")
+        conn.putheader("Content-Length", str(10_000_000))
+        conn.endheaders()
+        with contextlib.suppress(OSError):  # the server may answer and close before it is through
+            conn.send(b"{" + b" " * 1_000_000)
+        code = conn.getresponse().status
+        took = time.monotonic() - t
+        conn.close()
+        print(f"10-MB body: {code} in {1000 * took:.0f} ms")
+        assert code == 413 and took < 0.1
+        # a flood of 300 concurrent requests at an app of one replica and a short queue: each is
+        # answered within 5 s, served or refused with 503 and Retry-After, none waits long
+        serve.run(gpt_app(checkpoint=trained.checkpoint, model=model, min_replicas=1, max_replicas=1,
+                          max_queued_requests=8), name="flood", route_prefix="/flood")
+        flood = f"http://127.0.0.1:{port}/flood"
+        deadline = time.time() + 30
+        while post_json(flood, {"prompt": "ROMEO:", "max_new_tokens": 8}, 30)[0] == 404:
+            assert time.time() < deadline, "the route /flood never appeared"
+            time.sleep(0.5)
+        answers: list[tuple[int, float, str | None]] = []  # status, seconds, Retry-After
+        lock, go = threading.Lock(), threading.Event()
+
+        def one(i: int) -> None:
+            req = urllib.request.Request(flood, data=json.dumps(body(i)).encode(), method="POST",
+                                         headers={"Content-Type": "application/json"})
+            go.wait()
+            t = time.monotonic()
+            try:
+                with urllib.request.urlopen(req, timeout=30) as r:
+                    got = (r.status, time.monotonic() - t, None)
+            except urllib.error.HTTPError as e:
+                got = (e.code, time.monotonic() - t, e.headers.get("Retry-After"))
+            except OSError:
+                got = (0, time.monotonic() - t, None)
+            with lock:
+                answers.append(got)
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(300)]
+        for th in threads:
+            th.start()
+        go.set()
+        for th in threads:
+            th.join()
+        codes = {c: sum(a[0] == c for a in answers) for c in {a[0] for a in answers}}
+        worst = max(a[1] for a in answers)
+        for c in sorted(codes):
+            lat = sorted(a[1] for a in answers if a[0] == c)
+            print(f"flood of 300: {codes[c]} answered {c}, latency p50 {lat[len(lat) // 2]:.2f} s, "
+                  f"max {lat[-1]:.2f} s")
+        assert len(answers) == 300 and set(codes) <= {200, 503} and codes.get(200, 0) >= 1
+        assert codes.get(503, 0) >= 1 and worst <= 5.0
+        assert all(a[2] == "1" for a in answers if a[0] == 503)  # shed ones say when to come back
     finally:
         serve.shutdown()
     assert ray.is_initialized()

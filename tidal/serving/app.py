@@ -13,6 +13,15 @@ label selector, a node of the inference pool (`tidal.io/pool=inference`, set by 
 `MAX_NEW_TOKENS` is answered 400 with one line naming the field; no request reaches the model
 unchecked.
 
+**Overload degrades into fast refusals, not long waits.** A body over `MAX_BODY_BYTES` is
+answered 413 from its `Content-Length` (or as soon as a streamed body passes the bound) without
+being parsed: the model reads a prompt's last `seq_len` characters, so a larger body only costs
+a replica time. Each caller (Serve's HTTP proxy) queues at most `max_queued_requests` requests
+for the deployment beyond those the replicas hold (`max_ongoing_requests` each); more are
+answered 503 with `Retry-After` at once (Serve's backpressure). The default bound is what one
+replica drains in `QUEUE_S` at its measured capacity, so a request that is queued waits about
+that long at worst, even with the availability floor of one replica.
+
 **Autoscaling** is Serve's own, on ongoing requests: `target_ongoing_requests` per replica is
 chosen from the latency SLO and one replica's measured capacity (Little's law: a replica that
 serves `REPLICA_RPS` requests/s within the SLO holds on average `REPLICA_RPS · mean latency`
@@ -35,6 +44,9 @@ from typing import Any
 POOL_LABEL = "tidal.io/pool"
 SLO_P99_S = 0.1  # the deployment's latency SLO: p99 of a 16-token continuation
 MAX_NEW_TOKENS = 64
+MAX_BODY_BYTES = 64 * 1024  # a request body's bound: 413 beyond it
+QUEUE_S = 2.0  # the longest a queued request should wait: the queue's bound is one replica's work of it
+RETRY_AFTER_S = 1.0  # what a shed request is told to wait
 # benchmarks/serve_capacity.py on a 2-core CPU machine (d_model 64, 2 layers, 16 tokens): 40 req/s
 # within the SLO in two runs (60 req/s once within, once at p99 0.127 s: the replayer shares the cores)
 REPLICA_RPS = 40.0
@@ -89,11 +101,22 @@ class GPTServer:
         self.vocab = self.corpus.vocab
 
     async def __call__(self, request: Any) -> Any:
+        import json
+
         from starlette.responses import JSONResponse
 
+        too_big = JSONResponse({"error": f"the body is over {MAX_BODY_BYTES} bytes"}, status_code=413)
+        size = request.headers.get("content-length")
+        if size is not None and (not size.isdigit() or int(size) > MAX_BODY_BYTES):
+            return too_big
+        raw = bytearray()
+        async for chunk in request.stream():
+            raw += chunk
+            if len(raw) > MAX_BODY_BYTES:
+                return too_big
         try:
-            body = await request.json()
-        except Exception:
+            body = json.loads(bytes(raw))
+        except ValueError:
             return JSONResponse({"error": "the body is not valid JSON"}, status_code=400)
         try:
             prompt, n, seed = parse_request(body, self.vocab)
@@ -222,19 +245,29 @@ def _check_weights(checkpoint: str, model: dict[str, Any]) -> None:
 def gpt_app(*, checkpoint: str | None = None, model: dict[str, Any] | None = None, min_replicas: int = 1,
             max_replicas: int = 4, pool: str | None = "inference", num_cpus: float = 0.5,
             replica_rps: float = REPLICA_RPS, slo_s: float = SLO_P99_S,
-            upscale_delay_s: float = 2.0, downscale_delay_s: float = 30.0) -> Any:
-    """The Serve application (bind it with `serve.run`)."""
+            upscale_delay_s: float = 2.0, downscale_delay_s: float = 30.0,
+            max_queued_requests: int | None = None) -> Any:
+    """The Serve application (bind it with `serve.run`). `replica_rps` sets the autoscaler's
+    target; `max_queued_requests` (default: ⌈REPLICA_RPS · QUEUE_S⌉, one replica's measured
+    capacity) bounds each caller's queue, beyond which requests are shed with 503."""
     from ray import serve
+    from ray.serve.config import BackpressureConfig
 
     if not 0 <= min_replicas <= max_replicas:
         raise ValueError(f"replicas: need 0 <= min_replicas ({min_replicas}) "
                          f"<= max_replicas ({max_replicas})")
+    queued = math.ceil(REPLICA_RPS * QUEUE_S) if max_queued_requests is None else max_queued_requests
+    if queued < 1:
+        raise ValueError(f"max_queued_requests: at least 1, got {queued}")
     checkpoint, model = check_serving(checkpoint, model)
     actor: dict[str, Any] = {"num_gpus": 1, "num_cpus": num_cpus}
     if pool:
         actor["label_selector"] = {POOL_LABEL: pool}
     dep = serve.deployment(GPTServer, name="gpt", ray_actor_options=actor,
                            max_ongoing_requests=max(4, math.ceil(2 * target_ongoing(replica_rps, slo_s))),
+                           max_queued_requests=queued,
+                           backpressure_config=BackpressureConfig(status_code=503,
+                                                                  retry_after_s=RETRY_AFTER_S),
                            autoscaling_config={
                                "min_replicas": min_replicas, "max_replicas": max_replicas,
                                "initial_replicas": max(1, min_replicas),
