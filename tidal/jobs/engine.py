@@ -43,6 +43,24 @@ def init_world_of_one(backend: str = "gloo") -> None:
     deepspeed.init_distributed(dist_backend=backend)
 
 
+CPU_TRAINING_NICE = 10  # a training worker's OS priority on logical GPUs (`yield_cpu_to_serving`)
+
+
+def yield_cpu_to_serving(use_cuda: bool) -> None:
+    """On logical GPUs, lower this training worker's OS priority to `CPU_TRAINING_NICE`: on one
+    machine training's threads share the cores with Serve's replicas, which a real GPU would
+    isolate from them, and inference must not pay for a loan (a starved replica makes Serve ask
+    for more replicas at a third of their capacity, and misses the SLO). Called in Ray Train's
+    worker actors only, whose processes end with the run; a pooled task worker (a profile) would
+    keep the priority for the tasks it runs next."""
+    import os
+
+    if use_cuda or not hasattr(os, "setpriority"):
+        return
+    if os.getpriority(os.PRIO_PROCESS, 0) < CPU_TRAINING_NICE:
+        os.setpriority(os.PRIO_PROCESS, 0, CPU_TRAINING_NICE)
+
+
 def set_host_threads(cpus: float, use_cuda: bool) -> int:
     """Set and return this worker's CPU threads: torch's intra-op pool and the OpenMP pool of
     DeepSpeed's CPU Adam (a C++ op with its own `libgomp`, which reads `OMP_NUM_THREADS` when

@@ -25,7 +25,7 @@ import torch.distributed as dist
 
 from tidal.jobs.checkpoint import METRICS_FILE, TrainState, capture_state, model_config, restore_state
 from tidal.jobs.data import StepSampler
-from tidal.jobs.engine import build_engine, set_host_threads, train_step
+from tidal.jobs.engine import build_engine, set_host_threads, train_step, yield_cpu_to_serving
 from tidal.jobs.spec import JobSpec, Plan, PlanError
 
 log = logging.getLogger("tidal.worker")
@@ -306,6 +306,7 @@ def train_loop(config: dict[str, Any]) -> None:
         raise PlanError("plan", f"plan {plan.short()} needs {plan.dp} workers, the run has {world}")
     cfg.control.register.remote(rank, ray.get_runtime_context().get_node_id())
     set_host_threads(cfg.threads_per_worker, cfg.use_cuda)
+    yield_cpu_to_serving(cfg.use_cuda)
     if cfg.use_cuda:
         device = torch.device("cuda", ctx.get_local_rank() if torch.cuda.device_count() > 1 else 0)
         torch.cuda.set_device(device)
