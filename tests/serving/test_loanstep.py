@@ -18,7 +18,7 @@ from tidal.jobs import Plan
 from tidal.platform.lending import LOAN_STATE, Lending
 from tidal.platform.metrics import Metrics
 from tidal.platform.store import JobRecord, Store
-from tidal.serving.loans import LoanConfig, replicas_for
+from tidal.serving.loans import LoanConfig, planned_lead, replicas_for
 from tidal.serving.loanstep import LoanState, PoolNow, loan_step
 from tidal.sim.records import ActiveJob, SimResult
 from tidal.sim.serving import InferencePool, ServingSim
@@ -97,6 +97,41 @@ def test_the_state_survives_a_restart_in_the_store(tmp_path: Path) -> None:
     again = Lending(CFG, Metrics(), Store(tmp_path / "tidal.sqlite"))
     assert again.loan == lending.loan and again.loan.demand == (1.0, 3.0, 2.0)
     assert store.measured(LOAN_STATE)["demand"] == [1.0, 3.0, 2.0]
+
+
+def test_the_planned_lead_is_the_configured_one_until_recalls_are_measured() -> None:
+    cfg = replace(CFG, lead_s=30.0, risk=0.1)
+    assert planned_lead((), cfg) == 30.0
+    assert planned_lead((12.0, 45.0), cfg) == 45.0  # too few to bound: the longest, or lead_s
+    assert planned_lead((12.0, 14.0), cfg) == 30.0
+    leads = tuple(float(x) for x in range(10, 30))  # 20 measured: the 19th smallest bounds the next
+    assert planned_lead(leads, cfg) == 28.0
+    assert planned_lead((1e6,), cfg) == (cfg.history // 2 - 1) * cfg.interval_s  # what the history can score
+
+
+def test_recalls_are_timed_until_serve_runs_its_replicas(tmp_path: Path) -> None:
+    """A reclaim decided at t = 1,000 s is answered when Serve runs the replicas it wanted then:
+    its lead time is an event, a sample the next steps plan with, and stored."""
+    store, events = Store(tmp_path / "tidal.sqlite"), []
+    lending = Lending(replace(CFG, interval_s=10.0, lead_s=10.0), Metrics(), store, events.append)
+    lending.loan = LoanState(demand=(1.0,) * 30)
+    nodes = [_ray_node("inf-000", 4)]
+    rec = JobRecord(job_id="a", name="a", spec=b"", state=JobState.RUNNING, options=_options(1, 2),
+                    allocation=[["inf-000", 2]])
+    running = {"n": 1}
+    tick = lambda t, d: lending.step([rec], nodes, lambda: d, lambda _: True, 30.0, lambda _: 1.0,  # noqa: E731
+                                     now=t, serve_running=lambda: running["n"])
+    assert tick(990.0, 1.0) == []  # lent: 3 GPUs, the job holds 2
+    stops = tick(1000.0, 4.0)  # Serve wants all 4
+    assert [r.job_id for r, _ in stops] == ["a"]
+    rec = replace(rec, state=JobState.QUEUED, allocation=None)
+    tick(1010.0, 4.0)
+    assert lending.loan.leads == () and not events  # 1 replica runs: not answered yet
+    running["n"] = 4
+    tick(1037.0, 4.0)
+    assert lending.loan.leads == (37.0,) and "37.0 s after the reclaim" in events[-1]
+    assert lending.state["lead_s"] == 37.0  # longer than the configured 10 s
+    assert Lending(CFG, Metrics(), Store(tmp_path / "tidal.sqlite")).loan.leads == (37.0,)
 
 
 # -- conformance: the live executor and the simulator's on one scenario ----------------------------

@@ -10,8 +10,14 @@ jobs). It returns the jobs the step reclaims, for the scheduler to stop at their
 boundary with a checkpoint; the policy relaunches them on what is left. What is lent per node is
 what the snapshot offers training on the inference nodes (`tidal.platform.capacity.build_nodes`).
 
-The step's state (the demand history, the last loan) is stored under `LOAN_STATE`, so that a
-restarted scheduler forecasts from the history it had instead of starting blind.
+The step's state (the demand history, the last loan, the measured lead times) is stored under
+`LOAN_STATE`, so that a restarted scheduler forecasts from the history it had instead of
+starting blind.
+
+**Measured lead time.** Each reclaim is timed from its decision until Serve runs the replicas it
+wanted then (or more); the time is an event, the metric `ray_tidal_recall_lead_seconds`, and a
+sample of the lead time the step plans with (`tidal.serving.loans.planned_lead`). A recall not
+answered within `LEAD_GIVE_UP_S` counts as that long.
 """
 
 from __future__ import annotations
@@ -19,24 +25,34 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from tidal.autoscaler.reclaim import Borrower
 from tidal.platform.capacity import held_by_node, pool_of
 from tidal.platform.metrics import Metrics
 from tidal.platform.store import JobRecord, JobState, Store, StoreWriteError
-from tidal.serving.loans import LoanConfig
+from tidal.serving.loans import LoanConfig, planned_lead
 from tidal.serving.loanstep import LoanState, PoolNow, loan_step
 
 log = logging.getLogger("tidal.scheduler")
 LOAN_STATE = "loan_state"  # the store's key for `LoanState.to_dict()`
+LEAD_GIVE_UP_S = 600.0  # a recall still unanswered after this long is recorded as this long
+
+
+@dataclass(frozen=True)
+class _Recall:
+    at: float  # when the reclaim was decided
+    want: int  # the replicas Serve wanted then: it is answered once that many run
 
 
 class Lending:
     """The loan step's state and its tick."""
 
-    def __init__(self, cfg: LoanConfig, metrics: Metrics, store: Store) -> None:
-        self.cfg, self.metrics, self.store = cfg, metrics, store
+    def __init__(self, cfg: LoanConfig, metrics: Metrics, store: Store,
+                 event: Callable[[str], None] = log.info) -> None:
+        self.cfg, self.metrics, self.store, self.event = cfg, metrics, store, event
+        self.recalls: list[_Recall] = []  # reclaims whose replicas Serve does not run yet
         kept = store.measured(LOAN_STATE)
         self.loan = LoanState.from_dict(kept) if kept else LoanState()
         self.stored = self.loan  # what the store holds: a tick that changes nothing writes nothing
@@ -44,11 +60,13 @@ class Lending:
 
     def step(self, recs: list[JobRecord], ray_nodes: list[dict[str, Any]],
              serve_demand: Callable[[], float], has_run: Callable[[str], bool], restart_s: float,
-             step_s: Callable[[JobRecord], float]) -> list[tuple[JobRecord, str]]:
+             step_s: Callable[[JobRecord], float], *, now: float | None = None,
+             serve_running: Callable[[], int] | None = None) -> list[tuple[JobRecord, str]]:
         """One tick over the scheduled jobs `recs`: the jobs to stop, each with why.
         `serve_demand`: Serve's wanted replicas now (read only where there is an inference pool);
         `has_run`: whether a job's run is live; `restart_s`: what a borrower's restart costs;
-        `step_s`: a job's seconds per step (the work a reclaim loses)."""
+        `step_s`: a job's seconds per step (the work a reclaim loses); `now` and
+        `serve_running` (Serve's RUNNING replicas): given, recalls are timed (module docstring)."""
         pool = {n["NodeID"]: int(n["Resources"].get("GPU", 0)) for n in ray_nodes
                 if n.get("Alive") and pool_of(n) == "inference" and n["Resources"].get("GPU", 0) >= 1}
         if not pool:
@@ -68,9 +86,12 @@ class Lending:
             borrowers.append(Borrower(job_id=r.job_id, gpus=sum(int(g) for _, g in r.allocation or []),
                                       lent_by_node=lent, options=tuple(o.gpus for o in r.options),
                                       lost_s=step_s(r), restart_s=restart_s or 30.0))
-        now = PoolNow(pool=pool, demand=demand, held=held, borrowers=tuple(borrowers),
-                      returning=returning, min_loan_s=restart_s)
-        step, self.loan = loan_step(self.loan, now, self.cfg)
+        leads = self._answered(now, serve_running) if now is not None and serve_running else ()
+        observed = PoolNow(pool=pool, demand=demand, held=held, borrowers=tuple(borrowers),
+                           returning=returning, min_loan_s=restart_s, leads=leads)
+        step, self.loan = loan_step(self.loan, observed, self.cfg)
+        if step.reclaims and now is not None:
+            self.recalls.append(_Recall(at=now, want=math.ceil(demand)))
         self._keep()
         by_id = {r.job_id: r for r in recs}
         stops = []
@@ -81,13 +102,29 @@ class Lending:
                    f"resumes on {pick.keep_gpus or 'no'} GPUs")
             stops.append((by_id[pick.job_id], why))
         total, lendable = sum(pool.values()), max(0, min(step.lendable, sum(pool.values())))
-        self.state = {"lent": step.lent, "lendable": lendable, "pool_gpus": total, "serve_replicas": demand,
+        self.state = {"lead_s": planned_lead(self.loan.leads, self.cfg),
+                      "lent": step.lent, "lendable": lendable, "pool_gpus": total, "serve_replicas": demand,
                       "forecast": _finite(step.decision.forecast_rps if step.decision else 0.0),
                       "risk": self.loan.risk, "held": sum(held.values())}
         self.metrics.pool_gpus.set(total, tags={"pool": "inference", "kind": "total"})
         self.metrics.pool_gpus.set(lendable, tags={"pool": "inference", "kind": "lendable"})
         self.metrics.pool_gpus.set(sum(held.values()), tags={"pool": "inference", "kind": "lent"})
         return stops
+
+    def _answered(self, now: float, serve_running: Callable[[], int]) -> tuple[float, ...]:
+        """The lead times of the open recalls Serve has answered (or given up on) by now."""
+        if not self.recalls:
+            return ()
+        running = int(serve_running())
+        done = [r for r in self.recalls if running >= r.want or now - r.at >= LEAD_GIVE_UP_S]
+        self.recalls = [r for r in self.recalls if r not in done]
+        leads = tuple(min(now - r.at, LEAD_GIVE_UP_S) for r in done)
+        for lead in leads:
+            self.metrics.recall_lead_s.set(lead)
+            plan = planned_lead((*self.loan.leads, lead), self.cfg)
+            self.event(f"recall answered: Serve runs its replicas {lead:.1f} s after the reclaim "
+                       f"(the loan step plans with a lead of {plan:.0f} s)")
+        return leads
 
     def _keep(self) -> None:
         """Store the step's state if it changed (a refused write is logged: the next tick stores

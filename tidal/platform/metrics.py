@@ -24,6 +24,9 @@ class Metrics:
                                 tag_keys=("job",))
         self.admission_s = Gauge("tidal_admission_seconds", "Seconds from submit to QUEUED or REJECTED",
                                  tag_keys=("job",))
+        self.recall_lead_s = Gauge("tidal_recall_lead_seconds",
+                                   "Seconds from a reclaim's decision to Serve's wanted replicas "
+                                   "RUNNING (the last recall)")
         self.restart_s = Gauge("tidal_restart_cost_seconds",
                                "What the policy charges a restart: measured from the runs, or pinned")
 

@@ -72,7 +72,7 @@ from tidal.platform.reservations import without
 from tidal.platform.runs import LOG_LIMIT, RunTracker, compute_steps
 from tidal.platform.snapshots import predicted_sps
 from tidal.platform.store import JobRecord, JobState, Store, state_dir
-from tidal.serving.demand import current_demand
+from tidal.serving.demand import current_demand, current_running
 
 log = logging.getLogger("tidal.scheduler")
 
@@ -102,7 +102,7 @@ class Scheduler:
                                self._event, self._spec)
         self.admitter = Admitter(self.store, self.cfg, self.metrics, self._incarnation, self._cluster,
                                  self._spec, self._event, self._wake.set)
-        self.lending = Lending(self.cfg.loans, self.metrics, self.store)
+        self.lending = Lending(self.cfg.loans, self.metrics, self.store, self._event)
         self.nodes = NodeRequester(self.cfg.autoscale, self._event)
         self.runs.recover()
         threading.Thread(target=self._loop, name="tidal-reconcile", daemon=True).start()
@@ -253,7 +253,8 @@ class Scheduler:
             ray_nodes = ray.nodes()
             scheduled = [r for r in recs if r.state.scheduled]
             for r, why in self.lending.step(scheduled, ray_nodes, current_demand, self.executor.has_run,
-                                            self.runs.restart_cost_s(), self._step_s):
+                                            self.runs.restart_cost_s(), self._step_s, now=time.time(),
+                                            serve_running=current_running):
                 self._stop(r, why)
             nodes = self._nodes(ray_nodes)
             self.admitter.step(recs, without(nodes, self.admitter.reservations()), ray_nodes)

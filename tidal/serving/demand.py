@@ -52,3 +52,12 @@ def current_demand() -> int:
     from ray import serve
 
     return replicas_wanted(serve.status())
+
+
+def current_running() -> int:
+    """Replicas Serve runs now (0 when no Serve instance runs)."""
+    if not serve_running():
+        return 0
+    from ray import serve
+
+    return replicas_running(serve.status())

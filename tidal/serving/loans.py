@@ -119,6 +119,19 @@ def forecast(rates: Sequence[float], cfg: LoanConfig, extra_s: float = 0.0) -> f
     return max(f, level(rates, len(rates) - 1, h_new) + margin(rates, cfg, h_new) + margin(rates, cfg, h))
 
 
+def planned_lead(leads: Sequence[float], cfg: LoanConfig) -> float:
+    """The lead time a step plans with: `lead_s` until recalls have been measured (from the
+    decision to Serve's wanted replicas RUNNING), then the ⌈(n + 1)(1 − risk)⌉-th smallest of the
+    n measured (the conformal bound of the next one); while n is too small for that, the larger
+    of `lead_s` and the longest measured. At most what the history can score: half of it."""
+    if not leads:
+        return cfg.lead_s
+    ordered = sorted(leads)
+    k = math.ceil((len(ordered) + 1) * (1.0 - cfg.risk) - 1e-9)
+    lead = ordered[k - 1] if k <= len(ordered) else max(ordered[-1], cfg.lead_s)
+    return min(lead, (cfg.history // 2 - 1) * cfg.interval_s)
+
+
 def replicas_for(rps: float, cfg: LoanConfig) -> int:
     return max(cfg.min_replicas, math.ceil(rps / cfg.replica_rps - 1e-9)) if math.isfinite(rps) else 2**31
 

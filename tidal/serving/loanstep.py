@@ -10,6 +10,9 @@ step between is this one function, so the simulator's loans are the live system'
 
 One step, once per loan interval:
 
+0. recalls the executor measured since the last step (`PoolNow.leads`: from a reclaim's decision
+   to Serve's wanted replicas RUNNING) join the state's; the step plans with the lead time they
+   bound (`tidal.serving.loans.planned_lead`), `LoanConfig.lead_s` until there are any;
 1. the interval's demand (in the units of `LoanConfig.replica_rps`: requests/s, or replicas
    for the live scheduler, whose `replica_rps` is 1) joins the history, which keeps the last
    `LoanConfig.history` intervals;
@@ -26,22 +29,23 @@ One step, once per loan interval:
    and not serving yet (`PoolNow.starting`). What training gives up this step is on its way to
    Serve (`LoanStep.given_back`); a stopped job's GPUs beyond the shortfall may be lent again.
 
-The decisions the two executors used to make differently, and how they are made here: a
-reclaim while a job stops takes only what the stopping jobs do not already give back (the live
+The decisions the two executors used to make differently, and how they are made here: a reclaim
+while a job stops takes only what the stopping jobs do not already give back (the live
 scheduler took nothing, the simulator did not wait); GPUs on their way to Serve are not lent
 again (the simulator's rule; the live scheduler's Serve counts a replica that waits for a GPU
-in its wanted replicas, so it passes none), and only those training gives up are on their way; a borrower's lost work is one step (`lost_s`) in
-both; the history is `LoanConfig.history` intervals in both.
+in its wanted replicas, so it passes none), and only those training gives up are on their way;
+a borrower's lost work is one step (`lost_s`) in both; the history is `LoanConfig.history`
+intervals in both.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tidal.autoscaler.reclaim import Borrower, Reclaim, choose_reclaim
-from tidal.serving.loans import LoanConfig, LoanDecision, decide_loan, lend_by_node
+from tidal.serving.loans import LoanConfig, LoanDecision, decide_loan, lend_by_node, planned_lead
 
 Reclaimer = Callable[[Sequence[Borrower], int], Sequence[Reclaim]]
 
@@ -54,15 +58,20 @@ class LoanState:
     demand: tuple[float, ...] = ()  # one sample per interval, oldest first
     lent: Mapping[str, int] = field(default_factory=dict)  # GPUs lent per inference node
     risk: float = 1.0  # the chance a lent GPU is recalled soon (`LoanDecision.recall_risk`)
+    leads: tuple[float, ...] = ()  # measured recalls' lead times, s (the last `LEADS_KEPT`)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"demand": list(self.demand), "lent": dict(self.lent), "risk": self.risk}
+        return {"demand": list(self.demand), "lent": dict(self.lent), "risk": self.risk,
+                "leads": list(self.leads)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> LoanState:
         return cls(demand=tuple(float(x) for x in d.get("demand", ())),
                    lent={str(k): int(v) for k, v in dict(d.get("lent", {})).items()},
-                   risk=float(d.get("risk", 1.0)))
+                   risk=float(d.get("risk", 1.0)), leads=tuple(float(x) for x in d.get("leads", ())))
+
+
+LEADS_KEPT = 20
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,6 +85,7 @@ class PoolNow:
     returning: int = 0  # lent GPUs held by jobs already asked to stop: on their way back
     starting: int = 0  # GPUs given back to Serve and not serving yet: not lendable
     min_loan_s: float = 0.0  # a new borrower's start-up (its restart cost): a loan must outlive it
+    leads: tuple[float, ...] = ()  # recalls measured since the last step: decision → replicas RUNNING, s
     # the demand of the coming intervals when it is known (the simulator's oracle arm, never the
     # live scheduler): the decision keeps exactly that instead of a forecast
     ahead: tuple[float, ...] | None = None
@@ -98,6 +108,8 @@ def loan_step(state: LoanState, now: PoolNow, cfg: LoanConfig,
               reclaim: Reclaimer = choose_reclaim) -> tuple[LoanStep, LoanState]:
     """One step of the module docstring."""
     demand = state.demand if now.demand is None else (*state.demand, float(now.demand))[-cfg.history:]
+    leads = (*state.leads, *now.leads)[-LEADS_KEPT:]
+    cfg = replace(cfg, lead_s=planned_lead(leads, cfg))
     total = sum(now.pool.values())
     decision = (decide_loan(demand, total, cfg, min_loan_s=now.min_loan_s, ahead=now.ahead)
                 if demand else None)
@@ -120,4 +132,4 @@ def loan_step(state: LoanState, now: PoolNow, cfg: LoanConfig,
     risk = decision.recall_risk if decision is not None else 1.0
     return (LoanStep(decision=decision, reclaims=picks, lent=lent, held_after=held_after,
                      given_back=min(given_back, sum(r.freed for r in picks))),
-            LoanState(demand=demand, lent=lent, risk=risk))
+            LoanState(demand=demand, lent=lent, risk=risk, leads=leads))
