@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import threading
 
 import pytest
 
@@ -11,9 +12,16 @@ from tidal.jobs.engine import CPU_TRAINING_NICE, yield_cpu_to_serving
 
 
 def _priority_after(use_cuda: bool, q: mp.Queue) -> None:
+    """The priorities of every thread: one started before the call, the caller, one after."""
+    stop = threading.Event()
+    before = threading.Thread(target=stop.wait)
+    before.start()
     yield_cpu_to_serving(use_cuda)
     yield_cpu_to_serving(use_cuda)  # a second call does not lower it further
-    q.put(os.getpriority(os.PRIO_PROCESS, 0))
+    after = threading.Thread(target=stop.wait)
+    after.start()
+    q.put([os.getpriority(os.PRIO_PROCESS, t) for t in (before.native_id, 0, after.native_id)])
+    stop.set()
 
 
 @pytest.mark.skipif(not hasattr(os, "setpriority"), reason="no process priorities on this OS")
@@ -28,4 +36,4 @@ def test_training_yields_the_cpu_to_serve_on_logical_gpus_only(use_cuda: bool) -
     got = q.get(timeout=60)
     p.join()
     here = os.getpriority(os.PRIO_PROCESS, 0)
-    assert got == (here if use_cuda else max(here, CPU_TRAINING_NICE))
+    assert got == [here if use_cuda else max(here, CPU_TRAINING_NICE)] * 3

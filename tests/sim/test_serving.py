@@ -34,7 +34,7 @@ def _rates(seed: int, n: int = 400) -> tuple[float, ...]:
     return tuple(float(x) for x in np.clip(base * 160 * rng.lognormal(0, 0.3, n), 0, 160))
 
 
-@pytest.mark.parametrize("mode", ["none", "evict", "shrink"])
+@pytest.mark.parametrize("mode", ["none", "evict", "shrink", "oracle"])
 def test_arms_keep_serve_and_training_apart(world: tuple, mode: str) -> None:
     truth, planner, jobs = world
     pool = InferencePool(rates=_rates(1), loan=LoanConfig(replica_rps=10.0, predictive=mode == "shrink"),
@@ -48,6 +48,8 @@ def test_arms_keep_serve_and_training_apart(world: tuple, mode: str) -> None:
     assert sim.serving is not None
     for _, up, lent, _ in sim.serving.stats.timeline:
         assert up + lent <= 16 and lent >= 0
+    if mode == "oracle":  # it knows the demand until a reclaim could answer: never a shortfall
+        assert m["slo_violation_rate"] == 0
     if mode == "none":
         assert m["lent_gpu_s"] == 0 and m["slo_violation_rate"] == 0
     else:

@@ -50,15 +50,24 @@ def yield_cpu_to_serving(use_cuda: bool) -> None:
     """On logical GPUs, lower this training worker's OS priority to `CPU_TRAINING_NICE`: on one
     machine training's threads share the cores with Serve's replicas, which a real GPU would
     isolate from them, and inference must not pay for a loan (a starved replica makes Serve ask
-    for more replicas at a third of their capacity, and misses the SLO). Called in Ray Train's
-    worker actors only, whose processes end with the run; a pooled task worker (a profile) would
-    keep the priority for the tasks it runs next."""
+    for more replicas at a third of their capacity, and misses the SLO). Linux keeps a priority
+    per thread, so every thread the process has is lowered (those it starts later inherit it).
+    Called in Ray Train's worker actors only, whose processes end with the run; a pooled task
+    worker (a profile) would keep the priority for the tasks it runs next."""
     import os
 
     if use_cuda or not hasattr(os, "setpriority"):
         return
-    if os.getpriority(os.PRIO_PROCESS, 0) < CPU_TRAINING_NICE:
-        os.setpriority(os.PRIO_PROCESS, 0, CPU_TRAINING_NICE)
+    try:
+        threads = [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:  # no procfs: this thread only
+        threads = [0]
+    for tid in threads:
+        try:
+            if os.getpriority(os.PRIO_PROCESS, tid) < CPU_TRAINING_NICE:
+                os.setpriority(os.PRIO_PROCESS, tid, CPU_TRAINING_NICE)
+        except OSError:  # a thread that ended meanwhile
+            pass
 
 
 def set_host_threads(cpus: float, use_cuda: bool) -> int:

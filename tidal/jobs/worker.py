@@ -305,8 +305,8 @@ def train_loop(config: dict[str, Any]) -> None:
     if world != plan.dp:
         raise PlanError("plan", f"plan {plan.short()} needs {plan.dp} workers, the run has {world}")
     cfg.control.register.remote(rank, ray.get_runtime_context().get_node_id())
-    set_host_threads(cfg.threads_per_worker, cfg.use_cuda)
     yield_cpu_to_serving(cfg.use_cuda)
+    set_host_threads(cfg.threads_per_worker, cfg.use_cuda)
     if cfg.use_cuda:
         device = torch.device("cuda", ctx.get_local_rank() if torch.cuda.device_count() > 1 else 0)
         torch.cuda.set_device(device)
