@@ -43,7 +43,10 @@ def init_world_of_one(backend: str = "gloo") -> None:
     deepspeed.init_distributed(dist_backend=backend)
 
 
-CPU_TRAINING_NICE = 10  # a training worker's OS priority on logical GPUs (`yield_cpu_to_serving`)
+# a training worker's OS priority on logical GPUs (`yield_cpu_to_serving`): the lowest there is.
+# Ray starts every worker process at nice 15 (its `worker_niceness`), Serve's replicas too, and an
+# unprivileged process can only lower its own priority, so training goes below Serve's
+CPU_TRAINING_NICE = 19
 
 
 def yield_cpu_to_serving(use_cuda: bool) -> None:
