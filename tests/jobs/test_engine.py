@@ -24,7 +24,6 @@ def _priority_after(use_cuda: bool, q: mp.Queue) -> None:
     stop.set()
 
 
-@pytest.mark.skipif(not hasattr(os, "setpriority"), reason="no process priorities on this OS")
 @pytest.mark.parametrize("use_cuda", [False, True])
 def test_training_yields_the_cpu_to_serve_on_logical_gpus_only(use_cuda: bool) -> None:
     """On logical GPUs a worker runs at nice CPU_TRAINING_NICE (Serve's replicas share its

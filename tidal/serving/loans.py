@@ -103,20 +103,25 @@ def margin(rates: Sequence[float], cfg: LoanConfig, h: int) -> float:
     return max(0.0, scores[k - 1]) if k <= len(scores) else math.inf
 
 
-def forecast(rates: Sequence[float], cfg: LoanConfig, extra_s: float = 0.0) -> float:
-    """F of the module docstring from the rates of the intervals so far (oldest first); with
-    `extra_s` > 0, F_new: the demand over the lead time plus `extra_s`, plus the margin F keeps
-    above it (so that a new loan is not recalled by the forecast either)."""
+def forecast(rates: Sequence[float], cfg: LoanConfig) -> float:
+    """F of the module docstring, from the rates of the intervals so far (oldest first)."""
     if not rates:
         return 0.0
     if not cfg.predictive:
         return max(0.0, float(rates[-1]))
     h = horizon(cfg)
-    f = level(rates, len(rates) - 1, h) + margin(rates, cfg, h)
-    if extra_s <= 0:
-        return f
-    h_new = horizon(cfg, extra_s)
-    return max(f, level(rates, len(rates) - 1, h_new) + margin(rates, cfg, h_new) + margin(rates, cfg, h))
+    return level(rates, len(rates) - 1, h) + margin(rates, cfg, h)
+
+
+def forecast_new(rates: Sequence[float], cfg: LoanConfig, extra_s: float, kept: float) -> float:
+    """F_new: the demand over the lead time plus `extra_s` (a new borrower's start-up), plus the
+    margin the forecast `kept` (= F) holds above its level, so that a new loan is not recalled by
+    a later forecast either; at least F."""
+    if not rates or not cfg.predictive or extra_s <= 0:
+        return kept
+    h, h_new = horizon(cfg), horizon(cfg, extra_s)
+    held_margin = kept - level(rates, len(rates) - 1, h)
+    return max(kept, level(rates, len(rates) - 1, h_new) + margin(rates, cfg, h_new) + held_margin)
 
 
 def planned_lead(leads: Sequence[float], cfg: LoanConfig) -> float:
@@ -142,16 +147,17 @@ def decide_loan(rates: Sequence[float], pool_gpus: int, cfg: LoanConfig, *, min_
     new borrower, whose loan must outlive its start-up (`min_loan_s`, its restart cost): those
     idle over the lead time plus `min_loan_s`. `ahead`: the coming intervals' demand when it is
     known (the simulator's oracle), used instead of the forecast."""
-    now = float(rates[-1]) if rates else 0.0
-
-    def need(extra_s: float) -> int:
-        if ahead is not None:
-            return replicas_for(max(ahead[:horizon(cfg, extra_s)], default=0.0), cfg)
-        return max(replicas_for(forecast(rates, cfg, extra_s), cfg), replicas_for(now, cfg))
-
-    replicas = min(pool_gpus, need(0.0))
-    fresh = min(pool_gpus, max(replicas, need(min_loan_s))) if min_loan_s > 0 else replicas
-    f = max(ahead[:horizon(cfg)], default=0.0) if ahead is not None else forecast(rates, cfg)
+    if ahead is not None:  # clairvoyant: exactly the demand ahead, no floor of the present
+        f = max(ahead[:horizon(cfg)], default=0.0)
+        f_new = max(ahead[:horizon(cfg, min_loan_s)], default=0.0)
+        replicas, fresh = replicas_for(f, cfg), replicas_for(f_new, cfg)
+    else:
+        f = forecast(rates, cfg)
+        floor = replicas_for(float(rates[-1]) if rates else 0.0, cfg)
+        replicas = max(replicas_for(f, cfg), floor)
+        fresh = max(replicas_for(forecast_new(rates, cfg, min_loan_s, f), cfg), floor)
+    replicas = min(pool_gpus, replicas)
+    fresh = min(pool_gpus, max(replicas, fresh))
     return LoanDecision(forecast_rps=f, replicas=replicas, lendable=max(0, pool_gpus - replicas),
                         lendable_new=max(0, pool_gpus - fresh),
                         recall_risk=max(0.1, replicas / pool_gpus) if pool_gpus else 1.0)

@@ -137,7 +137,7 @@ class ServingSim:
         now = PoolNow(pool={nid: self.pool.gpus_per_node for nid in self.node_ids},
                       demand=seen[-1] if seen else None, held=held, borrowers=tuple(borrowers),
                       starting=sum(g for u, g in self.pending if u > t), min_loan_s=self.restart_s,
-                      ahead=self._ahead(k))
+                      ahead=self._ahead(k, cfg))
         started = {jid: (j.started or 0.0) for jid, j in active.items()}
         reclaim: Reclaimer = (lambda bs, need: evict_newest(bs, need, started)) if self.pool.mode == "evict" \
             else choose_reclaim
@@ -153,13 +153,13 @@ class ServingSim:
             self.pending.append((t + self.pool.reclaim_s, step.given_back))
         self.lent = step.lent
 
-    def _ahead(self, k: int) -> tuple[float, ...] | None:
+    def _ahead(self, k: int, cfg: LoanConfig) -> tuple[float, ...] | None:
         """The oracle's knowledge at round k: the demand of intervals k, k + 1, … for as long as
         a new loan must last (`tidal.serving.loans.horizon`); the loan step keeps the busiest of
         the first H, until a reclaim decided at round k + 1 serves."""
         if self.pool.mode != "oracle":
             return None
-        h = horizon(replace(self.pool.loan, lead_s=self.pool.reclaim_s), self.restart_s)
+        h = horizon(cfg, self.restart_s)  # cfg: the oracle's, with the true lead time
         return tuple(self.pool.rates[i % len(self.pool.rates)] for i in range(k, k + h))
 
     def _apply(self, t: float, job: ActiveJob, r: Reclaim, result: SimResult) -> None:

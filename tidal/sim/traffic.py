@@ -43,7 +43,9 @@ def _noisy(x: np.ndarray, rng: np.random.Generator, peak_rps: float) -> np.ndarr
 
 def shape(name: str, n: int, interval_s: float, *, peak_rps: float, seed: int = 0) -> np.ndarray:
     """One synthetic shape of the module docstring: requests/s per interval, busiest = peak_rps."""
-    rng = np.random.default_rng([seed, SHAPES.index(name)] if name in SHAPES else seed)
+    if name not in SHAPES:
+        raise ValueError(f"demand shape {name!r}: one of {', '.join(SHAPES)}")
+    rng = np.random.default_rng([seed, SHAPES.index(name)])
     t = np.arange(n) * interval_s
     day = Envelope(period_s=min(86_400.0, max(n * interval_s, interval_s)))
     if name == "diurnal":
@@ -63,10 +65,8 @@ def shape(name: str, n: int, interval_s: float, *, peak_rps: float, seed: int = 
             tau = rng.uniform(300.0, 1800.0)
             crowd = np.where(after >= 0, rng.uniform(0.6, 1.0) * np.exp(-np.clip(after, 0, None) / tau), 0.0)
             x = np.maximum(x, crowd)
-    elif name == "ramp":
+    else:  # ramp
         x = np.linspace(0.05, 1.0, n)
-    else:
-        raise ValueError(f"demand shape {name!r}: one of {', '.join(SHAPES)}")
     return _noisy(x, rng, peak_rps)
 
 
