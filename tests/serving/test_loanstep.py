@@ -99,6 +99,27 @@ def test_the_state_survives_a_restart_in_the_store(tmp_path: Path) -> None:
     assert store.measured(LOAN_STATE)["demand"] == [1.0, 3.0, 2.0]
 
 
+@pytest.mark.parametrize("damage", [
+    {"demand": ["a lot"]}, {"demand": [1.0, float("nan")]}, {"demand": 3}, {"leads": [-1.0]},
+    {"lent": {"inf-0": "two"}}, {"risk": 7}, "not a mapping",
+])
+def test_a_damaged_stored_state_costs_the_history_not_the_scheduler(
+        tmp_path: Path, damage: object, caplog: pytest.LogCaptureFixture) -> None:
+    """A loan state that is not what `to_dict` wrote (a hand edit, another version) is refused
+    with a warning naming the field and the store's key: the step starts without history, and
+    the next tick's state replaces the record."""
+    store = Store(tmp_path / "tidal.sqlite")
+    store.set_measured(LOAN_STATE, {"demand": [1.0], **damage} if isinstance(damage, dict) else damage)
+    with caplog.at_level("WARNING", logger="tidal.scheduler"):
+        lending = Lending(CFG, Metrics(), store)
+    assert lending.loan == LoanState()
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    field = next(iter(damage)) if isinstance(damage, dict) else "expected a mapping"
+    assert field in warning and LOAN_STATE in warning, warning
+    lending.step([], [_ray_node("inf-0", 4)], lambda: 2.0, lambda _: True, 30.0, lambda _: 1.0)
+    assert store.measured(LOAN_STATE)["demand"] == [2.0]
+
+
 def test_the_planned_lead_is_the_configured_one_until_recalls_are_measured() -> None:
     cfg = replace(CFG, lead_s=30.0, risk=0.1)
     assert planned_lead((), cfg) == 30.0

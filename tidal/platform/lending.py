@@ -53,8 +53,13 @@ class Lending:
                  event: Callable[[str], None] = log.info) -> None:
         self.cfg, self.metrics, self.store, self.event = cfg, metrics, store, event
         self.recalls: list[_Recall] = []  # reclaims whose replicas Serve does not run yet
-        kept = store.measured(LOAN_STATE)
-        self.loan = LoanState.from_dict(kept) if kept else LoanState()
+        self.loan = LoanState()
+        if kept := store.measured(LOAN_STATE):
+            try:
+                self.loan = LoanState.from_dict(kept)
+            except ValueError as e:  # a damaged record costs the history, never the scheduler
+                log.warning("%s; the loan step starts without history (the store's key %r is "
+                            "rewritten at the next change)", e, LOAN_STATE)
         self.stored = self.loan  # what the store holds: a tick that changes nothing writes nothing
         self.state: dict[str, Any] = {}  # the last loan as `Scheduler.pools` shows it; {} without a pool
 

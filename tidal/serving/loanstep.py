@@ -40,6 +40,7 @@ intervals in both.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -65,10 +66,31 @@ class LoanState:
                 "leads": list(self.leads)}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> LoanState:
-        return cls(demand=tuple(float(x) for x in d.get("demand", ())),
-                   lent={str(k): int(v) for k, v in dict(d.get("lent", {})).items()},
-                   risk=float(d.get("risk", 1.0)), leads=tuple(float(x) for x in d.get("leads", ())))
+    def from_dict(cls, d: Any) -> LoanState:
+        """The state `to_dict` wrote; ValueError naming the first field that is not what it wrote
+        (a list of finite non-negative numbers, a mapping of node → GPUs, a risk in [0, 1])."""
+        if not isinstance(d, Mapping):
+            raise ValueError(f"loan state: expected a mapping, got {type(d).__name__}")
+
+        def numbers(name: str) -> tuple[float, ...]:
+            xs = d.get(name, ())
+            if not isinstance(xs, (list, tuple)) or not all(_amount(x) for x in xs):
+                raise ValueError(f"loan state: {name} must be a list of non-negative numbers, got {xs!r:.80}")
+            return tuple(float(x) for x in xs)
+
+        lent, risk = d.get("lent", {}), d.get("risk", 1.0)
+        if not isinstance(lent, Mapping) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                                                    for v in lent.values()):
+            raise ValueError(f"loan state: lent must map nodes to GPU counts, got {lent!r:.80}")
+        if not _amount(risk) or risk > 1:
+            raise ValueError(f"loan state: risk must be a number in [0, 1], got {risk!r:.80}")
+        return cls(demand=numbers("demand"), lent={str(k): int(v) for k, v in lent.items()},
+                   risk=float(risk), leads=numbers("leads"))
+
+
+def _amount(x: Any) -> bool:
+    """A finite non-negative number (not a bool)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
 
 
 LEADS_KEPT = 20
