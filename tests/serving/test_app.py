@@ -46,6 +46,7 @@ def test_serve_a_tidal_checkpoint_under_a_surge(ray_cluster: Any, inference_node
     from tests.conftest import tiny_gpt_spec
     from tidal import Plan, Resources, run
     from tidal.serving.app import gpt_app
+    from tidal.serving.demand import ServeDemand
     from tidal.serving.traffic import p99, post_json, replay
 
     model = dict(seq_len=32, d_model=64, n_layer=2, n_head=4)
@@ -156,6 +157,33 @@ def test_serve_a_tidal_checkpoint_under_a_surge(ray_cluster: Any, inference_node
         assert len(answers) == 300 and set(codes) <= {200, 503} and codes.get(200, 0) >= 1
         assert codes.get(503, 0) >= 1 and worst <= 5.0
         assert all(a[2] == "1" for a in answers if a[0] == 503)  # shed ones say when to come back
+
+        # one brain: every app runs Tidal's autoscaling policy in Serve's controller, which
+        # publishes each deployment's need; the scheduler's side reads them and publishes the
+        # replicas the loan step keeps as floors, and Serve runs them warm with no traffic
+        serve.delete("flood")
+        serve.run(gpt_app(checkpoint=trained.checkpoint, model=model, min_replicas=1, max_replicas=2,
+                          upscale_delay_s=1.0), name="warm", route_prefix="/warm")
+        demand = ServeDemand()
+        deadline = time.time() + 30
+        while set(demand.needs) != {"gpt/gpt", "warm/gpt"}:
+            assert time.time() < deadline, f"needs never published: {demand.needs}"
+            demand()
+            time.sleep(0.5)
+        assert demand.others == 0 and all(n < 1 for n in demand.needs.values())  # no traffic
+
+        def warm() -> int:
+            return sum(1 for a in list_actors(filters=[("state", "=", "ALIVE")])
+                       if "ServeReplica:warm" in (a.class_name or ""))
+
+        assert warm() == 1
+        t = time.monotonic()
+        deadline = time.time() + 60
+        while warm() < 2:  # 4 kept, needs ~0: a spare of 4 shared 2 and 2 (each app's maximum)
+            assert time.time() < deadline, "Serve never ran the floor's replicas"
+            demand.publish(4)  # the scheduler publishes each tick
+            time.sleep(1.0)
+        print(f"floor of 2: the second replica alive {time.monotonic() - t:.1f} s after it was published")
     finally:
         serve.shutdown()
     assert ray.is_initialized()

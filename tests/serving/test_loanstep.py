@@ -120,6 +120,31 @@ def test_a_damaged_stored_state_costs_the_history_not_the_scheduler(
     assert store.measured(LOAN_STATE)["demand"] == [2.0]
 
 
+def test_serve_is_told_the_replicas_kept_once_the_demand_is_bounded(tmp_path: Path) -> None:
+    """Each tick the executor passes on the replicas the step keeps for Serve (its floors,
+    `tidal.serving.autoscaling`): None while the history cannot bound the demand (nothing is
+    lent, so no floor is needed) or without a pool, then the decision's replicas, never below
+    what Serve needs now; a failing receiver costs the floors, not the tick."""
+    told: list[int | None] = []
+    lending = Lending(CFG, Metrics(), Store(tmp_path / "tidal.sqlite"), keep=told.append)
+    nodes = [_ray_node("inf-0", 4)]
+    rng = random.Random(3)
+    for _ in range(30):
+        d = rng.choice([0.5, 1.0, 1.4])
+        lending.step([], nodes, lambda d=d: d, lambda _: True, 30.0, lambda _: 1.0)
+        kept = told[-1]
+        assert kept is None or replicas_for(d, CFG) <= kept <= 4
+    assert told[0] is None and told[-1] is not None
+    lending.step([], [], lambda: 1.0, lambda _: True, 30.0, lambda _: 1.0)
+    assert told[-1] is None
+
+    def broken(_: int | None) -> None:
+        raise ConnectionError("GCS unavailable")
+
+    lending.keep = broken
+    assert lending.step([], nodes, lambda: 1.0, lambda _: True, 30.0, lambda _: 1.0) == []
+
+
 def test_the_planned_lead_is_the_configured_one_until_recalls_are_measured() -> None:
     cfg = replace(CFG, lead_s=30.0, risk=0.1)
     assert planned_lead((), cfg) == 30.0

@@ -10,6 +10,12 @@ jobs). It returns the jobs the step reclaims, for the scheduler to stop at their
 boundary with a checkpoint; the policy relaunches them on what is left. What is lent per node is
 what the snapshot offers training on the inference nodes (`tidal.platform.capacity.build_nodes`).
 
+**One brain with Serve.** Serve's demand is what `tidal.serving.demand.ServeDemand` reads: the
+need Tidal's autoscaling policy publishes per deployment (`tidal.serving.autoscaling`), the
+replica count of other deployments. Each tick the replicas the step keeps for Serve
+(`LoanDecision.replicas`, while the forecast is finite) go back through `keep`, and Tidal's
+deployments run that many warm: the GPUs kept for a forecast rise serve instead of idling.
+
 The step's state (the demand history, the last loan, the measured lead times) is stored under
 `LOAN_STATE`, so that a restarted scheduler forecasts from the history it had instead of
 starting blind.
@@ -50,8 +56,10 @@ class Lending:
     """The loan step's state and its tick."""
 
     def __init__(self, cfg: LoanConfig, metrics: Metrics, store: Store,
-                 event: Callable[[str], None] = log.info) -> None:
+                 event: Callable[[str], None] = log.info,
+                 keep: Callable[[int | None], None] | None = None) -> None:
         self.cfg, self.metrics, self.store, self.event = cfg, metrics, store, event
+        self.keep = keep  # told each tick the replicas the step keeps for Serve (module docstring)
         self.recalls: list[_Recall] = []  # reclaims whose replicas Serve does not run yet
         self.loan = LoanState()
         if kept := store.measured(LOAN_STATE):
@@ -76,6 +84,7 @@ class Lending:
                 if n.get("Alive") and pool_of(n) == "inference" and n["Resources"].get("GPU", 0) >= 1}
         if not pool:
             self.state = {}
+            self._tell(None)
             return []
         demand = float(serve_demand())
         live = [r for r in recs if r.state in (JobState.RUNNING, JobState.STOPPING)]
@@ -95,6 +104,8 @@ class Lending:
         observed = PoolNow(pool=pool, demand=demand, held=held, borrowers=tuple(borrowers),
                            returning=returning, min_loan_s=restart_s, leads=leads)
         step, self.loan = loan_step(self.loan, observed, self.cfg)
+        d = step.decision
+        self._tell(d.replicas if d is not None and math.isfinite(d.forecast_rps) else None)
         if step.reclaims and now is not None:
             self.recalls.append(_Recall(at=now, want=math.ceil(demand)))
         self._keep()
@@ -130,6 +141,16 @@ class Lending:
             self.event(f"recall answered: Serve runs its replicas {lead:.1f} s after the reclaim "
                        f"(the loan step plans with a lead of {plan:.0f} s)")
         return leads
+
+    def _tell(self, kept: int | None) -> None:
+        """Tell Serve's side the replicas kept for it (None: the demand is not bounded yet); a
+        failure costs this tick's floors, which expire on their own (`autoscaling.FLOOR_TTL_S`)."""
+        if self.keep is None:
+            return
+        try:
+            self.keep(kept)
+        except Exception as e:  # the loan step must not stop on Serve's side
+            log.warning("Serve's floors not published: %s", e)
 
     def _keep(self) -> None:
         """Store the step's state if it changed (a refused write is logged: the next tick stores

@@ -72,7 +72,7 @@ from tidal.platform.reservations import without
 from tidal.platform.runs import LOG_LIMIT, RunTracker, compute_steps
 from tidal.platform.snapshots import predicted_sps
 from tidal.platform.store import JobRecord, JobState, Store, state_dir
-from tidal.serving.demand import current_demand, current_running
+from tidal.serving.demand import ServeDemand, current_running
 
 log = logging.getLogger("tidal.scheduler")
 
@@ -102,7 +102,9 @@ class Scheduler:
                                self._event, self._spec)
         self.admitter = Admitter(self.store, self.cfg, self.metrics, self._incarnation, self._cluster,
                                  self._spec, self._event, self._wake.set)
-        self.lending = Lending(self.cfg.loans, self.metrics, self.store, self._event)
+        self.serve_demand = ServeDemand()
+        self.lending = Lending(self.cfg.loans, self.metrics, self.store, self._event,
+                               keep=self.serve_demand.publish)
         self.nodes = NodeRequester(self.cfg.autoscale, self._event)
         self.runs.recover()
         threading.Thread(target=self._loop, name="tidal-reconcile", daemon=True).start()
@@ -252,7 +254,7 @@ class Scheduler:
             recs = [r for r in everything if not r.state.terminal]
             ray_nodes = ray.nodes()
             scheduled = [r for r in recs if r.state.scheduled]
-            for r, why in self.lending.step(scheduled, ray_nodes, current_demand, self.executor.has_run,
+            for r, why in self.lending.step(scheduled, ray_nodes, self.serve_demand, self.executor.has_run,
                                             self.runs.restart_cost_s(), self._step_s, now=time.time(),
                                             serve_running=current_running):
                 self._stop(r, why)

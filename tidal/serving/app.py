@@ -22,11 +22,13 @@ answered 503 with `Retry-After` at once (Serve's backpressure). The default boun
 replica drains in `QUEUE_S` at its measured capacity, so a request that is queued waits about
 that long at worst, even with the availability floor of one replica.
 
-**Autoscaling** is Serve's own, on ongoing requests: `target_ongoing_requests` per replica is
-chosen from the latency SLO and one replica's measured capacity (Little's law: a replica that
-serves `REPLICA_RPS` requests/s within the SLO holds on average `REPLICA_RPS · mean latency`
-requests in flight). The loan manager (`tidal.serving.loans`) lends the GPUs these replicas do
-not need.
+**Autoscaling** is Tidal's policy (`tidal.serving.autoscaling`): Serve's own ratio of ongoing
+requests to `target_ongoing_requests`, raised to the replicas the loan step keeps for the
+deployment, and published as the loan step's demand, so the replicas and the loans come from one
+signal and one forecast. `target_ongoing_requests` per replica is chosen from the latency SLO and
+one replica's measured capacity (Little's law: a replica that serves `REPLICA_RPS` requests/s
+within the SLO holds on average `REPLICA_RPS · mean latency` requests in flight). The loan
+manager (`tidal.serving.loans`) lends the GPUs these replicas do not need.
 
 `REPLICA_RPS` is one replica's measured capacity at the SLO on this repository's CPU machines
 (benchmarks/serve_capacity.py: the highest offered rate whose p99 stays within `SLO_P99_S`); the
@@ -251,7 +253,9 @@ def gpt_app(*, checkpoint: str | None = None, model: dict[str, Any] | None = Non
     target; `max_queued_requests` (default: ⌈REPLICA_RPS · QUEUE_S⌉, one replica's measured
     capacity) bounds each caller's queue, beyond which requests are shed with 503."""
     from ray import serve
-    from ray.serve.config import BackpressureConfig
+    from ray.serve.config import AutoscalingPolicy, BackpressureConfig
+
+    from tidal.serving.autoscaling import POLICY
 
     if not 0 <= min_replicas <= max_replicas:
         raise ValueError(f"replicas: need 0 <= min_replicas ({min_replicas}) "
@@ -277,5 +281,6 @@ def gpt_app(*, checkpoint: str | None = None, model: dict[str, Any] | None = Non
                                # metrics_interval_s (Ray 2.60's default: 10 s, so a surge would
                                # wait up to 10 s to be seen); the look-back must be longer
                                "metrics_interval_s": 1.0, "look_back_period_s": 3.0,
+                               "policy": AutoscalingPolicy(policy_function=POLICY),
                            })
     return dep.bind(checkpoint, model)  # type: ignore[attr-defined]
