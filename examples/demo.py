@@ -178,6 +178,9 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="keep the local cluster up for `ray job submit`")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--port", type=free_port, default="8000", help="Serve's HTTP port on 127.0.0.1")
+    ap.add_argument("--serve-only", action="store_true",
+                    help="no training jobs: the same traffic on Serve alone, the baseline of what "
+                         "inference gets on this machine without loans")
     args = ap.parse_args()
     if not 1 <= args.minutes <= 600:
         raise SystemExit(f"demo: --minutes must lie in [1, 600], got {args.minutes}")
@@ -244,7 +247,7 @@ def main() -> int:
         replayer = threading.Thread(target=traffic, daemon=True)
         replayer.start()
 
-        arrivals = sorted(job_specs(args.minutes / 5.0), key=lambda a: a[0])
+        arrivals = [] if args.serve_only else sorted(job_specs(args.minutes / 5.0), key=lambda a: a[0])
         total_steps = {spec.name: spec.total_steps for _, spec in arrivals}
         # a safety stop for a run that hangs, not a target: the three jobs need ~640 s of the
         # training pool's 4 GPUs at 2-core speed, and each launch there takes 20-110 s before its
@@ -267,7 +270,8 @@ def main() -> int:
             if time.time() - last_print >= 5:
                 print(progress_line(rec, rows, loans, replicas_running(st), total_steps), flush=True)
                 last_print = time.time()
-            done = not arrivals and rows and all(r["state"] in sdk.TERMINAL for r in rows)
+            ended = all(r["state"] in sdk.TERMINAL for r in rows)
+            done = not arrivals and (rows or args.serve_only) and ended
             if done and not replayer.is_alive():
                 break
             if rec.now() > deadline:

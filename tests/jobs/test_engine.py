@@ -36,3 +36,33 @@ def test_training_yields_the_cpu_to_serve_on_logical_gpus_only(use_cuda: bool) -
     p.join()
     here = os.getpriority(os.PRIO_PROCESS, 0)
     assert got == [here if use_cuda else max(here, CPU_TRAINING_NICE)] * 3
+
+
+def _claim_from_ray_nice(q: mp.Queue) -> None:
+    """A replica's view: started at Ray's worker nice 15, then claims the CPU."""
+    from tidal.serving.app import claim_cpu_before_training
+
+    os.setpriority(os.PRIO_PROCESS, 0, 15)
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    ok = claim_cpu_before_training()
+    q.put((ok, [os.getpriority(os.PRIO_PROCESS, t) for t in (0, other.native_id)]))
+    stop.set()
+
+
+def test_a_replica_on_logical_gpus_claims_the_cpu_where_the_os_allows() -> None:
+    """A Serve replica without a GPU moves every thread from Ray's nice 15 to SERVING_NICE where
+    it may raise its priority (root, CAP_SYS_NICE), and says whether it could; elsewhere it
+    stays at 15 and training's yield alone separates them."""
+    from tidal.serving.app import SERVING_NICE
+
+    ctx = mp.get_context("spawn")
+    q: mp.Queue = ctx.Queue()
+    p = ctx.Process(target=_claim_from_ray_nice, args=(q,))
+    p.start()
+    ok, nices = q.get(timeout=60)
+    p.join()
+    may_raise = os.geteuid() == 0  # CAP_SYS_NICE without root is not set up by this project
+    assert ok is may_raise
+    assert nices == [SERVING_NICE if may_raise else 15] * 2

@@ -102,7 +102,7 @@ def test_through_serves_wrapper_the_state_persists_and_delays_apply() -> None:
     to a need; without Ray's KV (not initialised here) the policy is the need alone."""
     kv = DictKV()
     _floors(kv, at=100.0, gpt=6)
-    policy = _apply_autoscaling_config(lambda ctx: decide(ctx, kv, ctx.current_time))
+    policy = _apply_autoscaling_config(lambda ctx: decide(ctx, kv, ctx.current_time or 0.0))
     want, state = policy(_ctx(0.0, replicas=1))
     assert want == 6 and state["tidal_floor"] == 6
     puts = kv.puts

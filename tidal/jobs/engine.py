@@ -57,20 +57,32 @@ def yield_cpu_to_serving(use_cuda: bool) -> None:
     per thread, so every thread the process has is lowered (those it starts later inherit it).
     Called in Ray Train's worker actors only, whose processes end with the run; a pooled task
     worker (a profile) would keep the priority for the tasks it runs next."""
+    if not use_cuda:
+        renice_threads(CPU_TRAINING_NICE, lower_only=True)
+
+
+def renice_threads(nice: int, *, lower_only: bool = False) -> bool:
+    """Set every thread of this process to `nice` (`lower_only`: leave those already lower in
+    priority); threads started later inherit their creator's. False if the OS refused (raising a
+    priority needs root or CAP_SYS_NICE) or has no per-thread priorities."""
     import os
 
-    if use_cuda or not hasattr(os, "setpriority"):
-        return
+    if not hasattr(os, "setpriority"):
+        return False
     try:
         threads = [int(t) for t in os.listdir("/proc/self/task")]
     except OSError:  # no procfs: this thread only
         threads = [0]
     for tid in threads:
         try:
-            if os.getpriority(os.PRIO_PROCESS, tid) < CPU_TRAINING_NICE:
-                os.setpriority(os.PRIO_PROCESS, tid, CPU_TRAINING_NICE)
+            now = os.getpriority(os.PRIO_PROCESS, tid)
+            if now != nice and not (lower_only and now >= nice):
+                os.setpriority(os.PRIO_PROCESS, tid, nice)
+        except PermissionError:
+            return False
         except OSError:  # a thread that ended meanwhile
             pass
+    return True
 
 
 def set_host_threads(cpus: float, use_cuda: bool) -> int:

@@ -195,7 +195,8 @@ def plot_timeline(samples: Sequence[Sample], stories: Sequence[JobStory], pool_g
             layers.append(np.array([s.jobs[n].gpus.get(pool, 0) if n in s.jobs else 0 for s in samples]))
             cols.append(colour[n])
             labels.append(n if pool == "training" else f"{n} (lent)")
-        ax.stackplot(t, np.array(layers), colors=cols, labels=labels, step="post", linewidth=0)
+        if layers:  # the training pool of a run without jobs (the demo's --serve-only) has none
+            ax.stackplot(t, np.array(layers), colors=cols, labels=labels, step="post", linewidth=0)
         ax.axhline(pool_gpus.get(pool, 0), color="k", lw=0.8, ls="--")
         if pool == "inference":
             ax.step(t, [s.serve_wanted for s in samples], where="post", color="k", lw=1.2,

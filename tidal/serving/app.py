@@ -52,6 +52,7 @@ RETRY_AFTER_S = 1.0  # what a shed request is told to wait
 # benchmarks/serve_capacity.py on a 2-core CPU machine (d_model 64, 2 layers, 16 tokens): 40 req/s
 # within the SLO in two runs (60 req/s once within, once at p99 0.127 s: the replayer shares the cores)
 REPLICA_RPS = 40.0
+SERVING_NICE = 0  # a replica's OS priority on logical GPUs where it may raise it (claim_cpu_before_training)
 
 
 class BadRequest(ValueError):
@@ -100,6 +101,8 @@ class GPTServer:
             self.step = 0
         # a replica that sees a GPU (Ray sets CUDA_VISIBLE_DEVICES for num_gpus=1) serves on it
         self.model = self.model.to("cuda" if torch.cuda.is_available() else "cpu")
+        if not torch.cuda.is_available():
+            claim_cpu_before_training()
         self.vocab = self.corpus.vocab
 
     async def __call__(self, request: Any) -> Any:
@@ -133,6 +136,17 @@ class GPTServer:
         text = generate(self.model, self.corpus, prompt, n, seed=seed)
         return {"completion": text[len(prompt):], "tokens": n, "step": self.step,
                 "seconds": time.perf_counter() - t}
+
+
+def claim_cpu_before_training() -> bool:
+    """On logical GPUs, move this replica from Ray's worker priority (nice 15, training's too
+    until its loop lowers it) to `SERVING_NICE`, where the OS allows it (root, CAP_SYS_NICE): on
+    one machine a replica shares the cores with training's workers, their start-ups and Ray
+    Train's actors, which a real GPU would isolate it from. Elsewhere it stays at 15 and only
+    training's loop yields (`tidal.jobs.engine.yield_cpu_to_serving`). Whether it could."""
+    from tidal.jobs.engine import renice_threads
+
+    return renice_threads(SERVING_NICE)
 
 
 def target_ongoing(replica_rps: float = REPLICA_RPS, slo_s: float = SLO_P99_S) -> float:
