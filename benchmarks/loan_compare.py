@@ -151,7 +151,7 @@ class Bench:
         for name, (policy, mode) in ARMS.items():
             t = time.time()
             loan = LoanConfig(replica_rps=a.replica_rps, interval_s=self.interval, predictive=mode != "evict",
-                              risk=a.risk)
+                              risk=a.risk, min_replicas=a.min_replicas)
             pool = InferencePool(rates=tuple(float(r) for r in rates), loan=loan, mode=mode,
                                  nodes=a.inference_nodes)
             sim = Simulator(self.jobs, self.truth, self.planner, POLICIES[policy], self.cfg, serving=pool)
@@ -250,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="the envelope's phase at the workload's start, in periods (0: the trough)")
     ap.add_argument("--risk", type=float, default=LoanConfig.risk,
                     help="the loan manager's risk target (tidal.serving.loans.LoanConfig.risk)")
+    ap.add_argument("--min-replicas", type=int, default=LoanConfig.min_replicas,
+                    help="the availability floor: replicas lending never takes (LoanConfig.min_replicas)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=Path("results"))
     args = ap.parse_args(argv)
@@ -257,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--serving-family runs one workload (--workload), not --family")
     if not 0.0 < args.risk < 1.0:
         ap.error(f"--risk: a probability in (0, 1), got {args.risk}")
+    if args.min_replicas < 0:
+        ap.error(f"--min-replicas: a count of replicas (0 or more), got {args.min_replicas}")
     try:  # bad input: one line naming it, before any model is fitted
         arrivals = read_arrivals(args.serving)
         truth = Truth(args.traces)

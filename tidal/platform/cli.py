@@ -222,7 +222,7 @@ def format_pools(loans: dict[str, Any]) -> str:
         return "pools: training only (no node labelled tidal.io/pool=inference)"
     f = loans.get("forecast")
     kept = f"forecast {f:.1f}" if f is not None else "too little history to forecast: lending nothing"
-    return (f"pools: inference {loans['pool_gpus']} GPUs, Serve wants {loans['serve_replicas']:.0f} "
+    return (f"pools: inference {loans['pool_gpus']} GPUs, Serve needs {loans['serve_replicas']:.1f} "
             f"replicas ({kept}); lendable {loans['lendable']}, "
             f"lent to training {loans['held']}")
 

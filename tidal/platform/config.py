@@ -40,9 +40,10 @@ class SchedulerConfig:
     max_failures: int = 0
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     # the loan manager, in Serve replicas (one GPU each) per tick: replica_rps=1 makes its rates
-    # replica counts; lead_s: checkpoint + stop + a replica's start
-    loans: LoanConfig = field(default_factory=lambda: LoanConfig(replica_rps=1.0, interval_s=2.0, lead_s=15.0,
-                                                                 min_replicas=0))
+    # replica counts; lead_s: checkpoint + stop + a replica's start. Its min_replicas (1) is the
+    # availability floor lending never takes: the demand is Serve's need, which is 0 at no traffic
+    loans: LoanConfig = field(default_factory=lambda: LoanConfig(replica_rps=1.0, interval_s=2.0,
+                                                                 lead_s=15.0))
     max_infra_restarts: int = 10  # requeues after infrastructure failures before a job FAILS
     # a run that executes no step for this long (from its launch before its first) is hung: its
     # workers are killed and the job resumes from its newest checkpoint, an infrastructure failure

@@ -113,7 +113,7 @@ class Lending:
         stops = []
         for pick in step.reclaims:
             self.metrics.reclaims.inc(tags={"job": pick.job_id})
-            why = (f"reclaim: Serve wants {demand:.0f} replicas, {step.lendable} GPUs "
+            why = (f"reclaim: Serve needs {demand:.1f} replicas, {step.lendable} GPUs "
                    f"lendable; gives back {dict(pick.freed_by_node)}, "
                    f"resumes on {pick.keep_gpus or 'no'} GPUs")
             stops.append((by_id[pick.job_id], why))
