@@ -312,7 +312,7 @@ def main() -> int:
               f"{longest_serve_wait(rec.samples):.0f} s")
         print(f"now: {format_pools(ray.get(scheduler.pools.remote()))}")
         rc = ray.get(scheduler.restart_cost.remote())
-        how = "pinned" if rc["pinned"] else "measured"
+        how = "pinned" if rc["pinned"] else "measured" if rc["starts"] else "the default, none measured"
         starts, stops = (sorted(round(s) for s in rc[k]) for k in ("starts", "stops"))
         print(f"restart cost charged by the policy: {rc['seconds']:.0f} s ({how}: launch → first step "
               f"{starts} s, stop → ended {stops} s)")
