@@ -110,7 +110,7 @@ def _fresh_floor(raw: bytes | None, key: str, now: float) -> int | None:
         return None
 
 
-class _RayKV:
+class RayKV:
     """Ray's cluster KV (the GCS), in Tidal's namespace."""
 
     def get(self, key: str) -> bytes | None:
@@ -131,7 +131,7 @@ def tidal_policy(ctx: Any) -> tuple[float, dict[str, Any]]:
 
     now = float(ctx.current_time or time.time())
     try:
-        return decide(ctx, _RayKV() if _internal_kv_initialized() else None, now)
+        return decide(ctx, RayKV() if _internal_kv_initialized() else None, now)
     except Exception:  # Serve must scale on its need even when the GCS stalls
         state = {**(ctx.policy_state or {}), "tidal_published_at": now}  # try again in PUBLISH_S
         need = replicas_needed(ctx.total_num_requests, ctx.config.get_target_ongoing_requests())

@@ -23,8 +23,8 @@ from typing import Any
 
 from tidal.serving.autoscaling import (
     FLOORS_KEY,
-    KV_NAMESPACE,
     NEED_TTL_S,
+    RayKV,
     deployment_key,
     floors,
     need_key,
@@ -35,12 +35,8 @@ WANTED = ("RUNNING", "STARTING", "PENDING_MIGRATION", "RECOVERING", "UPDATING")
 
 def replicas_wanted(status: Any) -> int:
     """Replicas wanted over every application and deployment of a `serve.status()` result."""
-    total = 0
-    for app in (getattr(status, "applications", None) or {}).values():
-        for dep in (getattr(app, "deployments", None) or {}).values():
-            states = getattr(dep, "replica_states", None) or {}
-            total += sum(int(n) for s, n in states.items() if str(getattr(s, "value", s)) in WANTED)
-    return total
+    return sum(_wanted(dep) for app in (getattr(status, "applications", None) or {}).values()
+               for dep in (getattr(app, "deployments", None) or {}).values())
 
 
 def _wanted(dep: Any) -> int:
@@ -100,7 +96,8 @@ class ServeDemand:
     def __init__(self, get: Callable[[str], bytes | None] | None = None,
                  put: Callable[[str, bytes], None] | None = None,
                  clock: Callable[[], float] = time.time) -> None:
-        self._get, self._put, self.clock = get or _kv_get, put or _kv_put, clock
+        kv = RayKV()
+        self._get, self._put, self.clock = get or kv.get, put or kv.put, clock
         self.needs: dict[str, float] = {}  # Tidal's deployments' needs at the last call
         self.others = 0.0  # the other deployments' wanted replicas at the last call
 
@@ -141,14 +138,3 @@ def _fresh_need(raw: bytes | None, now: float) -> float | None:
     except (ValueError, KeyError, TypeError):
         return None
 
-
-def _kv_get(key: str) -> bytes | None:
-    from ray.experimental.internal_kv import _internal_kv_get
-
-    return _internal_kv_get(key, namespace=KV_NAMESPACE)
-
-
-def _kv_put(key: str, value: bytes) -> None:
-    from ray.experimental.internal_kv import _internal_kv_put
-
-    _internal_kv_put(key, value, overwrite=True, namespace=KV_NAMESPACE)
