@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import subprocess
 import threading
+import time
 
 import pytest
 
@@ -52,17 +54,31 @@ def _claim_from_ray_nice(q: mp.Queue) -> None:
 
 
 def test_a_replica_on_logical_gpus_claims_the_cpu_where_the_os_allows() -> None:
-    """A Serve replica without a GPU moves every thread from Ray's nice 15 to SERVING_NICE where
-    it may raise its priority (root, CAP_SYS_NICE), and says whether it could; elsewhere it
-    stays at 15 and training's yield alone separates them."""
-    from tidal.serving.app import SERVING_NICE
+    """A Serve replica without a GPU moves every thread, and every thread of Serve's HTTP proxy
+    on the machine (a process titled as Ray titles it), from Ray's nice 15 to SERVING_NICE where
+    it may raise priorities (root, CAP_SYS_NICE), and says whether it could; elsewhere they stay
+    at 15 and training's yield alone separates them."""
+    from tidal.serving.app import SERVING_NICE, serve_proxies
 
-    ctx = mp.get_context("spawn")
-    q: mp.Queue = ctx.Queue()
-    p = ctx.Process(target=_claim_from_ray_nice, args=(q,))
-    p.start()
-    ok, nices = q.get(timeout=60)
-    p.join()
+    proxy = subprocess.Popen(["bash", "-c", "exec -a ray::ProxyActor sleep 60"],
+                             preexec_fn=lambda: os.setpriority(os.PRIO_PROCESS, 0, 15))
+    try:
+        deadline = time.monotonic() + 10
+        while proxy.pid not in serve_proxies():
+            assert time.monotonic() < deadline, "the stand-in proxy was never found"
+            time.sleep(0.05)
+        ctx = mp.get_context("spawn")
+        q: mp.Queue = ctx.Queue()
+        p = ctx.Process(target=_claim_from_ray_nice, args=(q,))
+        p.start()
+        ok, nices = q.get(timeout=60)
+        p.join()
+        proxy_nice = os.getpriority(os.PRIO_PROCESS, proxy.pid)
+    finally:
+        proxy.kill()
+        proxy.wait()
     may_raise = os.geteuid() == 0  # CAP_SYS_NICE without root is not set up by this project
     assert ok is may_raise
     assert nices == [SERVING_NICE if may_raise else 15] * 2
+    assert proxy_nice == (SERVING_NICE if may_raise else 15)
+    assert os.getpid() not in serve_proxies()

@@ -61,18 +61,19 @@ def yield_cpu_to_serving(use_cuda: bool) -> None:
         renice_threads(CPU_TRAINING_NICE, lower_only=True)
 
 
-def renice_threads(nice: int, *, lower_only: bool = False) -> bool:
-    """Set every thread of this process to `nice` (`lower_only`: leave those already lower in
-    priority); threads started later inherit their creator's. False if the OS refused (raising a
-    priority needs root or CAP_SYS_NICE) or has no per-thread priorities."""
+def renice_threads(nice: int, *, lower_only: bool = False, pid: int | None = None) -> bool:
+    """Set every thread of this process (or of process `pid`) to `nice` (`lower_only`: leave
+    those already lower in priority); threads started later inherit their creator's. False if
+    the OS refused (raising a priority needs root or CAP_SYS_NICE) or has no per-thread
+    priorities."""
     import os
 
     if not hasattr(os, "setpriority"):
         return False
     try:
-        threads = [int(t) for t in os.listdir("/proc/self/task")]
-    except OSError:  # no procfs: this thread only
-        threads = [0]
+        threads = [int(t) for t in os.listdir(f"/proc/{'self' if pid is None else pid}/task")]
+    except OSError:  # no procfs (this thread only), or the process is gone
+        threads = [0] if pid is None else []
     for tid in threads:
         try:
             now = os.getpriority(os.PRIO_PROCESS, tid)

@@ -37,6 +37,7 @@ simulator (`benchmarks/loan_compare.py`) uses it.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import pickle
@@ -130,23 +131,44 @@ class GPTServer:
         return self.complete(prompt, n, seed)
 
     def complete(self, prompt: str, n: int, seed: int) -> dict[str, Any]:
+        import torch
+
         from tidal.jobs.reference import generate
 
         t = time.perf_counter()
-        text = generate(self.model, self.corpus, prompt, n, seed=seed)
+        with torch.inference_mode():  # no autograd graph: eval mode alone still records one
+            text = generate(self.model, self.corpus, prompt, n, seed=seed)
         return {"completion": text[len(prompt):], "tokens": n, "step": self.step,
                 "seconds": time.perf_counter() - t}
 
 
 def claim_cpu_before_training() -> bool:
-    """On logical GPUs, move this replica from Ray's worker priority (nice 15, training's too
-    until its loop lowers it) to `SERVING_NICE`, where the OS allows it (root, CAP_SYS_NICE): on
-    one machine a replica shares the cores with training's workers, their start-ups and Ray
-    Train's actors, which a real GPU would isolate it from. Elsewhere it stays at 15 and only
-    training's loop yields (`tidal.jobs.engine.yield_cpu_to_serving`). Whether it could."""
+    """On logical GPUs, move this replica, and Serve's HTTP proxies on this machine, from Ray's
+    worker priority (nice 15, training's too until its loop lowers it) to `SERVING_NICE`, where
+    the OS allows it (root, CAP_SYS_NICE): on one machine they share the cores with training's
+    workers, their start-ups and Ray Train's actors, which a real GPU would isolate them from,
+    and every request passes through a proxy. Elsewhere they stay at 15 and only training's loop
+    yields (`tidal.jobs.engine.yield_cpu_to_serving`). Whether the replica could."""
     from tidal.jobs.engine import renice_threads
 
-    return renice_threads(SERVING_NICE)
+    if not renice_threads(SERVING_NICE):
+        return False
+    for pid in serve_proxies():
+        renice_threads(SERVING_NICE, pid=pid)
+    return True
+
+
+def serve_proxies() -> list[int]:
+    """The process ids of Ray Serve's HTTP proxies on this machine (Ray titles them
+    `ray::ProxyActor`); none where there is no procfs."""
+    found = []
+    with contextlib.suppress(OSError):
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                with contextlib.suppress(OSError), open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if f.read(64).startswith(b"ray::ProxyActor"):
+                        found.append(int(entry))
+    return found
 
 
 def target_ongoing(replica_rps: float = REPLICA_RPS, slo_s: float = SLO_P99_S) -> float:
