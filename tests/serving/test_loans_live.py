@@ -105,19 +105,58 @@ def test_lent_gpus_go_back_to_serve_on_a_surge(ray_cluster: Any, inference_node:
                     return
                 time.sleep(0.2)
 
+        # a scheduler restarted in the middle: once the reclaim has stopped the job, the actor is
+        # killed (Ray restarts it, as a node's loss or an OOM would; the job's run dies with it and
+        # is requeued from its checkpoint); the new life reads the loan state from the store, so
+        # it has the demand's history at once, where a blind one would have none (and lend nothing
+        # for H + 9 intervals)
+        restart: dict[str, Any] = {}
+
+        def stopped_after_reclaim(events: list[str]) -> bool:
+            reclaims = [i for i, e in enumerate(events) if " reclaim: " in e]
+            return bool(reclaims) and any("stopped at step" in e for e in events[reclaims[-1]:])
+
+        def restart_mid_surge() -> None:
+            t_end = time.time() + 60
+            while time.time() < t_end:
+                events = ray.get(scheduler.recent_events.remote())
+                if stopped_after_reclaim(events):
+                    break
+                time.sleep(0.25)
+            restart["events"] = events  # an actor's events live in its memory, lost with it
+            restart["before"] = ray.get(scheduler.pools.remote())
+            life = ray.get(scheduler.incarnation.remote())
+            ray.kill(scheduler, no_restart=False)
+            restart["killed"] = time.time()
+            _wait(lambda: ray.get(scheduler.incarnation.remote(), timeout=30) != life,
+                  "the scheduler's next life", 60)
+            _wait(lambda: "history" in ray.get(scheduler.pools.remote()), "the new life's loan step", 30)
+            restart["back"] = time.time()
+            restart["after"] = ray.get(scheduler.pools.remote())
+
         watcher = threading.Thread(target=watch)
+        restarter = threading.Thread(target=restart_mid_surge)
         watcher.start()
         marks["surge"] = time.time()
+        restarter.start()
         surge = traffic(40.0, 25.0)
         watcher.join()
+        restarter.join()
         after = traffic(2.0, 5.0)
         for name, sent in (("before", before), ("surge", surge), ("after", after)):
             lat = [s.latency_s for s in sent if s.status == 200]
             print(f"{name:>6}: {len(sent)} requests, p99 {p99(lat):.3f} s, "
                   f"failed {sum(s.status != 200 for s in sent)}")
             assert sent and all(s.status == 200 for s in sent), f"{name}: a request failed"
-        events = ray.get(scheduler.recent_events.remote())
+        assert "after" in restart, f"the scheduler did not come back: {restart}"
+        events = restart["events"] + ray.get(scheduler.recent_events.remote())
         print("\n".join(events))
+        before_kill, after_restart = restart["before"], restart["after"]
+        print(f"scheduler killed mid-surge, its first loan step {restart['back'] - restart['killed']:.1f} s "
+              f"later: demand history {before_kill['history']} -> {after_restart['history']} samples, "
+              f"forecast {before_kill['forecast']} -> {after_restart['forecast']}")
+        assert before_kill["history"] > 0 and after_restart["history"] >= before_kill["history"]
+        assert after_restart["forecast"] is not None  # bounded at once: the history came back
         print({k: time.strftime("%H:%M:%S", time.localtime(v)) + f".{int(v % 1 * 10)}"
                for k, v in marks.items()})
         assert "back" in marks, f"Serve's 4 replicas never ran: {marks}; {events}"

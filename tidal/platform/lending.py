@@ -121,7 +121,8 @@ class Lending:
         self.state = {"lead_s": planned_lead(self.loan.leads, self.cfg),
                       "lent": step.lent, "lendable": lendable, "pool_gpus": total, "serve_replicas": demand,
                       "forecast": _finite(step.decision.forecast_rps if step.decision else 0.0),
-                      "risk": self.loan.risk, "held": sum(held.values())}
+                      "risk": self.loan.risk, "held": sum(held.values()),
+                      "history": len(self.loan.demand)}  # Serve's demand samples the step has
         self.metrics.pool_gpus.set(total, tags={"pool": "inference", "kind": "total"})
         self.metrics.pool_gpus.set(lendable, tags={"pool": "inference", "kind": "lendable"})
         self.metrics.pool_gpus.set(sum(held.values()), tags={"pool": "inference", "kind": "lent"})
