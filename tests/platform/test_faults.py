@@ -411,3 +411,64 @@ def test_ray_stop_and_start(ray_cluster: Any, tmp_path: Path) -> None:
     assert r["stopped_at"] - int(RUN["checkpoint_every"]) <= resumed[0], (r["stopped_at"], resumed)
     assert_same_curve(tiny_gpt_spec(**RUN), r["run"]["curve"])
     assert not [s for s in r["placement_groups"] if s in ("CREATED", "PENDING", "RESCHEDULING")]
+
+
+def _tidal(*args: str) -> subprocess.CompletedProcess[str]:
+    """The `tidal` command, as a user runs it on the cluster: RAY_ADDRESS set, no TIDAL_STATE."""
+    env = {k: v for k, v in os.environ.items() if k != "TIDAL_STATE"}
+    env["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
+    return subprocess.run([sys.executable, "-m", "tidal.platform.cli", *args], env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_a_scheduler_lost_for_good_is_found_missing_and_started_on_the_cluster_state(
+        ray_cluster: Any, tmp_path: Path) -> None:
+    """The scheduler killed for good while a job runs: `tidal status` from a shell without
+    TIDAL_STATE says no scheduler runs, in one line, exit 1, and starts none; `tidal start` brings
+    one up on the head node on the state file the cluster recorded (not $TIDAL_STATE's default);
+    the job resumes from its newest checkpoint and ends with an uninterrupted run's curve."""
+    from ray.util.state import list_actors
+
+    from tidal.platform.registry import recorded_state_path
+
+    state = tmp_path / "cluster-state" / "tidal.sqlite"
+    gen = _start(tmp_path, state_path=str(state))
+    actor = next(gen)
+    assert recorded_state_path() == str(state.resolve())
+    spec = tiny_gpt_spec(name="lost-scheduler", total_steps=60, max_gpus=1, checkpoint_every=10)
+    job = sdk.JobHandle(ray.get(actor.submit.remote(spec, (Option(gpus=1, plan=Plan(dp=1, micro_batch=8),
+                                                                  samples_per_s=100.0),))), actor)
+    wait(lambda: job.status()["step"] >= 25, "the job to pass its second checkpoint")
+    ray.kill(actor, no_restart=True)
+    wait(lambda: sdk.find() is None, "the scheduler's name to go", 30)
+
+    t = time.monotonic()
+    read = _tidal("status")
+    took = time.monotonic() - t
+    print(f"tidal status, no scheduler: exit {read.returncode} in {took:.1f} s: {read.stderr.strip()}")
+    assert read.returncode == 1 and "Traceback" not in read.stderr  # Ray's own lines come first
+    assert read.stderr.strip().splitlines()[-1] == (
+        f"tidal: no Tidal scheduler runs on this Ray cluster: `tidal start` starts one on its state "
+        f"file {state.resolve()}")
+    assert sdk.find() is None  # the read started nothing
+    with pytest.raises(sdk.NoSchedulerError, match="no Tidal scheduler runs"):
+        sdk.list_jobs()
+
+    started = _tidal("start")
+    assert started.returncode == 0, started.stderr
+    actor = sdk.find()
+    assert actor is not None
+    (row,) = list_actors(filters=[("name", "=", SCHEDULER_NAME), ("state", "=", "ALIVE")])
+    assert row.node_id == ray_cluster.node_ids[0]  # the head node
+    try:
+        job = sdk.JobHandle(job.job_id, actor)  # the same job table: the recorded state file
+        final = job.wait(timeout=600, poll_s=1)
+        assert final["state"] == "SUCCEEDED", final
+        notes = [e["note"] for e in ray.get(actor.job_events.remote(job.job_id))]
+        resumed = [n for n in notes if n.startswith("scheduler restarted") and "resumes from step" in n]
+        assert resumed, notes
+        print(f"tidal start: {resumed[0]}")
+        assert_same_curve(spec, job.logs())
+    finally:
+        ray.kill(actor, no_restart=True)
+        time.sleep(2)

@@ -231,9 +231,10 @@ def format_pools(loans: dict[str, Any]) -> str:
 def _one_line_errors() -> Iterator[None]:
     """The scheduler's answers to bad input (an unknown job id, a rejected spec) as one line, not
     a traceback: the SDK (`sdk.answer`) raises them as the exception the actor raised, and a
-    scheduler that could not start (a state file that is not one) as a SchedulerStartError; a
+    scheduler that could not start (a state file that is not one) as a SchedulerStartError, none
+    running (for a command that does not start one) as a NoSchedulerError; a
     state file that refused the write as a StoreWriteError."""
-    from tidal.platform.sdk import SchedulerStartError
+    from tidal.platform.sdk import NoSchedulerError, SchedulerStartError
     from tidal.platform.store import StoreWriteError
 
     try:
@@ -241,7 +242,18 @@ def _one_line_errors() -> Iterator[None]:
     except (KeyError, ValueError, StoreWriteError) as e:
         text = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
         raise SystemExit(f"tidal: {text}") from None
-    except SchedulerStartError as e:
+    except (SchedulerStartError, NoSchedulerError) as e:
+        raise SystemExit(f"tidal: {e}") from None
+
+
+def _find() -> Any:
+    """The cluster's scheduler for a command that must not start one: where none runs, one
+    line saying so and how to start it (`sdk.NoSchedulerError`)."""
+    from tidal.platform import sdk
+
+    try:
+        return sdk.connect(start=False)
+    except sdk.NoSchedulerError as e:
         raise SystemExit(f"tidal: {e}") from None
 
 
@@ -255,10 +267,9 @@ def _get(ref: Any) -> Any:
 def cmd_status(args: argparse.Namespace) -> int:
     import time
 
-    from tidal.platform import sdk
 
     _join(log_to_driver=False)
-    actor = sdk.connect()
+    actor = _find()
     while True:
         rows = _get(actor.status.remote(args.job))
         table = format_status(rows)
@@ -314,7 +325,10 @@ def cmd_start(args: argparse.Namespace) -> int:
     actor = sdk.connect(config)
     if _get(actor.ping.remote()) != "ok":
         raise SystemExit("tidal: the scheduler actor did not answer")
-    print("tidal: scheduler running (actor 'tidal-scheduler' in namespace 'tidal')")
+    from tidal.platform.registry import recorded_state_path
+
+    print(f"tidal: scheduler running (actor 'tidal-scheduler' in namespace 'tidal', on the head node; "
+          f"state file {recorded_state_path()})")
     from tidal.platform.dashboard import write_dashboard
 
     print(f"tidal: Grafana dashboard {write_dashboard()}")
@@ -338,18 +352,16 @@ def format_events(events: list[dict[str, Any]]) -> str:
 
 
 def cmd_events(args: argparse.Namespace) -> int:
-    from tidal.platform import sdk
 
     _join(log_to_driver=False)
-    print(format_events(_get(sdk.connect().job_events.remote(args.job))))
+    print(format_events(_get(_find().job_events.remote(args.job))))
     return 0
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from tidal.platform import sdk
 
     _join(log_to_driver=False)
-    _get(sdk.connect().cancel.remote(args.job))
+    _get(_find().cancel.remote(args.job))
     print(f"cancel requested: {args.job}")
     return 0
 

@@ -68,6 +68,7 @@ from tidal.platform.lending import Lending
 from tidal.platform.metrics import Metrics
 from tidal.platform.noderequest import NodeRequester
 from tidal.platform.recording import Recorder
+from tidal.platform.registry import record_state_path
 from tidal.platform.reservations import without
 from tidal.platform.runs import LOG_LIMIT, RunTracker, compute_steps
 from tidal.platform.snapshots import predicted_sps
@@ -85,6 +86,7 @@ class Scheduler:
         self.cfg = config or SchedulerConfig()
         path = Path(self.cfg.state_path) if self.cfg.state_path else state_dir() / "tidal.sqlite"
         self.store = Store(path)
+        record_state_path(str(path.resolve()))  # the cluster's state file from now on (registry)
         self.curves = Curves(path.parent / "curves")
         self.executor = Executor(cpus_per_worker=self.cfg.cpus_per_worker, max_failures=self.cfg.max_failures,
                                  release_grace_s=self.cfg.release_grace_s)

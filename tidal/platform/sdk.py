@@ -1,7 +1,10 @@
 """The Python SDK: `submit(spec) -> JobHandle`, `resume(job_id)`, `list_jobs()`, `connect()`.
 
 `connect()` joins the Ray cluster (`RAY_ADDRESS`, or the one this process already joined) and
-gets — or starts — the detached scheduler actor `tidal-scheduler` in namespace `tidal`. The
+finds the cluster's one scheduler, the detached actor `tidal-scheduler` in namespace `tidal`.
+Only `submit` and `tidal start` start one where none runs, on the head node and on the state
+file the cluster recorded (`tidal.platform.registry`); reading, cancelling and resuming never
+do: with no scheduler they raise `NoSchedulerError`, one line that says how to start it. The
 spec is validated when it is built and dry-run by `submit` (model, one sample, loss, on this
 machine's CPU); the scheduler stores it PROFILING and returns its id at once, then profiles and
 plans it off the actor: it becomes QUEUED, or REJECTED with the reason.
@@ -10,6 +13,7 @@ plans it off the actor: it becomes QUEUED, or REJECTED with the reason.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -20,6 +24,7 @@ from tidal.core.policy import Option
 from tidal.core.state import TERMINAL as _TERMINAL_STATES
 from tidal.jobs.spec import JobSpec
 from tidal.platform.config import NAMESPACE, SCHEDULER_NAME, SchedulerConfig
+from tidal.platform.registry import HEAD_NODE_RESOURCE, recorded_state_path
 from tidal.platform.scheduler import Scheduler
 from tidal.platform.store import StoreWriteError
 
@@ -27,14 +32,38 @@ TERMINAL = frozenset(s.value for s in _TERMINAL_STATES)
 ANSWER_S = 120.0  # how long a client waits for the scheduler (a restart takes seconds)
 
 
-def connect(config: SchedulerConfig | None = None) -> Any:
-    """The scheduler actor's handle, starting the actor if the cluster has none."""
+class NoSchedulerError(RuntimeError):
+    """No Tidal scheduler runs on the cluster, and the call does not start one."""
+
+
+def find() -> Any | None:
+    """The cluster's scheduler actor, or None where none runs (never starts one)."""
     if not ray.is_initialized():
         ray.init()
-    actor_cls = ray.remote(Scheduler)
-    return actor_cls.options(
+    try:
+        return ray.get_actor(SCHEDULER_NAME, namespace=NAMESPACE)
+    except ValueError:
+        return None
+
+
+def connect(config: SchedulerConfig | None = None, *, start: bool = True) -> Any:
+    """The scheduler actor's handle. Where none runs: with `start`, a new one on the head node,
+    with `config` (its state file, if it names none, the one the cluster recorded, else
+    `$TIDAL_STATE`'s); without, a NoSchedulerError. A running scheduler keeps its own config."""
+    if (actor := find()) is not None:
+        return actor
+    recorded = recorded_state_path()
+    if not start:
+        where = f" on its state file {recorded}" if recorded else ""
+        raise NoSchedulerError(f"no Tidal scheduler runs on this Ray cluster: `tidal start` starts "
+                               f"one{where}")
+    config = config or SchedulerConfig()
+    if config.state_path is None and recorded:
+        config = dataclasses.replace(config, state_path=recorded)
+    return ray.remote(Scheduler).options(
         name=SCHEDULER_NAME, namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
         max_restarts=-1, max_task_retries=-1, max_concurrency=16, num_cpus=0,
+        resources={HEAD_NODE_RESOURCE: 0.001},
     ).remote(config)
 
 
@@ -167,11 +196,11 @@ def resume(job_id: str, spec: JobSpec | None = None) -> JobHandle:
 
     if spec is not None:
         dry_run(spec)
-    scheduler = connect()
+    scheduler = connect(start=False)
     new_id: str = answer(scheduler.resume.remote(job_id, spec))
     return JobHandle(new_id, scheduler)
 
 
 def list_jobs() -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = answer(connect().status.remote())
+    rows: list[dict[str, Any]] = answer(connect(start=False).status.remote())
     return rows
