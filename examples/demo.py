@@ -27,6 +27,7 @@ With RAY_ADDRESS set it runs on that cluster instead (nodes labelled `tidal.io/p
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -277,7 +278,8 @@ def main() -> int:
             if rec.now() > deadline:
                 print(f"t={rec.now():5.0f}s  deadline: cancelling what has not ended", flush=True)
                 for h in rec.jobs.values():
-                    h.cancel()
+                    with contextlib.suppress(ValueError):  # one that ended meanwhile says so
+                        h.cancel()
                 break
             time.sleep(1.0)
         replayer.join(timeout=90)

@@ -280,3 +280,51 @@ def test_a_state_file_that_refuses_a_write_is_one_line(tmp_path: Path) -> None:
     said = str(e.value.code)
     assert said.startswith(f"tidal: the Tidal state file {path} could not be written (OperationalError: "
                            "database is locked)") and "\n" not in said, said
+
+
+def test_files_that_are_not_python_jobs_are_one_line(tmp_path: Path) -> None:
+    """A YAML file given as a job ran as Python (`NameError: name 'my' is not defined`); a binary
+    one said `source code string cannot contain null bytes`."""
+    yaml_file, binary, null_py = tmp_path / "job.yaml", tmp_path / "job.bin", tmp_path / "nul.py"
+    yaml_file.write_text("my: job\nname: x\n")
+    binary.write_bytes(bytes(range(256)))
+    null_py.write_bytes(b"spec = 1\0\n")
+    for f in (yaml_file, binary, null_py):
+        not_python = rf"^tidal: {re.escape(str(f))} is not a Python file: a job file is"
+        with pytest.raises(SystemExit, match=not_python):
+            load_spec(f)
+
+
+@pytest.mark.parametrize("address,says", [
+    ("http://127.0.0.1:1", r"is an HTTP address \(the dashboard's, for `ray job submit`\)"),
+    ("127.0.0.1:1", r"no Ray cluster at RAY_ADDRESS=127\.0\.0\.1:1 \(Connection refused\)"),
+    ("nohost", r"RAY_ADDRESS=nohost is not host:port"),
+])
+def test_an_address_no_cluster_answers_is_one_line_in_seconds(address: str, says: str,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """`RAY_ADDRESS=127.0.0.1:1 tidal status` waited over 90 s on Ray's GCS retries; an HTTP
+    address was a 25-line ValueError. Both are refused before Ray is asked."""
+    import time
+
+    monkeypatch.setenv("RAY_ADDRESS", address)
+    t = time.monotonic()
+    for command in (["status"], ["cancel", "some-job"], ["events", "some-job"]):
+        with pytest.raises(SystemExit, match=f"^tidal: .*{says}"):
+            main(command)
+    assert time.monotonic() - t < 10
+
+
+def test_a_job_whose_model_raises_is_one_line_before_any_cluster(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """`tidal plan` of a spec whose model factory raises was a 40-line traceback; `tidal submit`
+    of it with no cluster said "no Ray cluster to join" and hid the spec's own error."""
+    job = tmp_path / "broken_model.py"
+    job.write_text("import dataclasses\n"
+                   "from tests.conftest import tiny_gpt_spec\n"
+                   "def boom():\n    raise RuntimeError('the factory is broken')\n"
+                   "spec = dataclasses.replace(tiny_gpt_spec(), model=boom)\n")
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")  # joining would fail: the spec's error comes first
+    for command in (["plan", str(job), "--gpus", "1"], ["submit", str(job)]):
+        with pytest.raises(SystemExit, match=r"^tidal: JobSpec\.model: the factory raised RuntimeError: "
+                                             r"the factory is broken$"):
+            main(command)

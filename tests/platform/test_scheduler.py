@@ -173,6 +173,9 @@ def test_reject_fail_and_cancel(scheduler: Any) -> None:
     _wait(lambda: ok.status()["state"] == "RUNNING" and ok.status()["step"] > step, "the other job to go on")
     ok.cancel()
     assert ok.wait(timeout=200, poll_s=1)["state"] == "CANCELLED"
+    ended = rf"^tidal: {ok.job_id} has already ended \(CANCELLED\): nothing to cancel$"
+    with pytest.raises(SystemExit, match=ended):
+        main(["cancel", ok.job_id])  # a cancel that does nothing says so
     _wait(lambda: ray.available_resources().get("GPU", 0) == 4, "the cancelled job's GPUs to be freed", 120)
 
 

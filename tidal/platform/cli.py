@@ -38,8 +38,13 @@ from tidal.platform.argtypes import amount, count
 
 
 def load_spec(path: Path) -> JobSpec:
+    """The JobSpec a job file defines (`spec`, or `make_spec()` returning one), or one line
+    saying what is wrong with the file."""
     if not path.exists():
         raise SystemExit(f"tidal: {path}: no such file")
+    if path.suffix != ".py" or b"\0" in path.read_bytes()[:8192]:
+        raise SystemExit(f"tidal: {path} is not a Python file: a job file is a .py defining a JobSpec "
+                         "`spec` or a `make_spec()` returning one")
     try:  # the file's own errors (a bad JobSpec field included) are one line, not a traceback
         scope = runpy.run_path(str(path), run_name="tidal_job")
         spec = scope.get("spec")
@@ -68,8 +73,12 @@ def _join(*, embedded_gpus: int | None = None, cpus: float = 0.0, log_to_driver:
     if ray.is_initialized():
         return
     address = os.environ.get("RAY_ADDRESS")
+    if address:
+        _check_address(address)
     try:
         ray.init(address=address or "auto", log_to_driver=log_to_driver)
+    except ValueError as e:  # an address Ray cannot parse
+        raise SystemExit(f"tidal: RAY_ADDRESS={address}: {(str(e).splitlines() or [''])[0]}") from None
     except ConnectionError:
         if address:
             raise SystemExit(f"tidal: no Ray cluster at RAY_ADDRESS={address}") from None
@@ -78,6 +87,32 @@ def _join(*, embedded_gpus: int | None = None, cpus: float = 0.0, log_to_driver:
                              "`ray up cluster.yaml`) or set RAY_ADDRESS") from None
         ray.init(num_cpus=max(2, os.cpu_count() or 2, math.ceil(cpus)), num_gpus=embedded_gpus,
                  log_to_driver=log_to_driver)
+
+
+PROBE_S = 3.0  # how long `tidal` waits for a cluster's GCS port to answer before saying none runs
+
+
+def _check_address(address: str) -> None:
+    """One line, in seconds, for a RAY_ADDRESS no cluster answers at: Ray itself retries its GCS
+    for more than a minute before failing. An HTTP address is the dashboard's (`ray job submit`
+    takes it); `tidal` joins the GCS (host:6379) as `ray.init` does. `auto` and `ray://` are
+    Ray's to resolve."""
+    import socket
+
+    if address.startswith(("http://", "https://")):
+        raise SystemExit(f"tidal: RAY_ADDRESS={address} is an HTTP address (the dashboard's, for "
+                         "`ray job submit`): tidal joins the cluster's GCS, host:6379, or unset it on "
+                         "a cluster node")
+    if address == "auto" or "://" in address:
+        return
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise SystemExit(f"tidal: RAY_ADDRESS={address} is not host:port (the cluster's GCS, e.g. "
+                         "10.0.0.1:6379)")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_S).close()
+    except OSError as e:
+        raise SystemExit(f"tidal: no Ray cluster at RAY_ADDRESS={address} ({e.strerror or e})") from None
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -101,6 +136,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
                          f"{spec.global_batch}: data-parallel workers split it evenly")
     if not plans_for(spec, args.gpus):
         raise SystemExit(f"tidal: the job's plan space allows no plan on {args.gpus} GPUs ({spec.plans})")
+    from tidal.jobs.dryrun import dry_run
+
+    with _one_line_errors():  # a model or loss that raises: one line here, not a profile's traceback
+        dry_run(spec)
     shape = packed(args.gpus, args.gpus_per_node, gpu_mem_bytes=args.gpu_mem_gib * 2**30,
                    host_mem_per_node=args.host_mem_gib * 2**30)
     # the scheduler's planner entry, on the cluster this command describes, profiling on N GPUs
@@ -138,12 +177,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
+    from tidal.jobs.dryrun import dry_run
     from tidal.platform import sdk
 
     spec = load_spec(args.file)
+    with _one_line_errors():  # the spec's own errors first, before any cluster is joined
+        dry_run(spec)
     _join(log_to_driver=False)  # --wait follows the job with a progress line, not worker logs
     with _one_line_errors():
-        handle = sdk.submit(spec)
+        handle = sdk.submit(spec, checked=True)
     print(f"submitted {handle.job_id}", flush=True)
     return _wait(handle) if args.wait else 0
 

@@ -180,11 +180,12 @@ class Scheduler:
 
     def cancel(self, job_id: str) -> None:
         """Cancel a job in any state that has not ended: a PROFILING job's admission tasks are
-        stopped; a running job checkpoints and stops, then is CANCELLED."""
+        stopped; a running job checkpoints and stops, then is CANCELLED. One that has ended is a
+        ValueError saying how (a cancel that did nothing must not read as done)."""
         with self.lock:
             r = self.store.get(job_id)
             if r.state.terminal:
-                return
+                raise ValueError(f"{job_id} has already ended ({r.state.value}): nothing to cancel")
             if r.state is JobState.PROFILING:
                 self.admitter.cancel(job_id)
                 self.store.transition(job_id, JobState.CANCELLED, "cancelled while profiling",

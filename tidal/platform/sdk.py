@@ -177,13 +177,15 @@ class JobHandle:
 
 
 def submit(spec: JobSpec, *, config: SchedulerConfig | None = None,
-           options: tuple[Option, ...] | None = None) -> JobHandle:
+           options: tuple[Option, ...] | None = None, checked: bool = False) -> JobHandle:
     """Submit a job; `options` (a resource matrix, e.g. from `tidal plan`) skips profiling. The
-    job's dry run (`tidal.jobs.dryrun`: model, one sample, loss) runs here first: a broken job is
-    a SpecError naming the field in seconds, before anything reaches the cluster."""
+    job's dry run (`tidal.jobs.dryrun`: model, one sample, loss) runs here first, unless the
+    caller ran it (`checked`): a broken job is a SpecError naming the field in seconds, before
+    anything reaches the cluster."""
     from tidal.jobs.dryrun import dry_run
 
-    dry_run(spec)
+    if not checked:
+        dry_run(spec)
     scheduler = connect(config)
     job_id: str = answer(scheduler.submit.remote(spec, options))
     return JobHandle(job_id, scheduler)
