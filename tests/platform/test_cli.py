@@ -303,9 +303,13 @@ def test_files_that_are_not_python_jobs_are_one_line(tmp_path: Path) -> None:
 def test_an_address_no_cluster_answers_is_one_line_in_seconds(address: str, says: str,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """`RAY_ADDRESS=127.0.0.1:1 tidal status` waited over 90 s on Ray's GCS retries; an HTTP
-    address was a 25-line ValueError. Both are refused before Ray is asked."""
+    address was a 25-line ValueError. Both are refused before Ray is asked. (As from a fresh
+    shell: this test process may have joined the session's cluster already.)"""
     import time
 
+    import ray
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setenv("RAY_ADDRESS", address)
     t = time.monotonic()
     for command in (["status"], ["cancel", "some-job"], ["events", "some-job"]):

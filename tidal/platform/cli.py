@@ -293,10 +293,8 @@ def _find() -> Any:
     line saying so and how to start it (`sdk.NoSchedulerError`)."""
     from tidal.platform import sdk
 
-    try:
+    with _one_line_errors():
         return sdk.connect(start=False)
-    except sdk.NoSchedulerError as e:
-        raise SystemExit(f"tidal: {e}") from None
 
 
 def _get(ref: Any) -> Any:
@@ -308,7 +306,6 @@ def _get(ref: Any) -> Any:
 
 def cmd_status(args: argparse.Namespace) -> int:
     import time
-
 
     _join(log_to_driver=False)
     actor = _find()
