@@ -391,14 +391,12 @@ def format_events(events: list[dict[str, Any]]) -> str:
 
 
 def cmd_events(args: argparse.Namespace) -> int:
-
     _join(log_to_driver=False)
     print(format_events(_get(_find().job_events.remote(args.job))))
     return 0
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-
     _join(log_to_driver=False)
     _get(_find().cancel.remote(args.job))
     print(f"cancel requested: {args.job}")
