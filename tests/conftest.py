@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -44,6 +45,21 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     yield cluster
     ray.shutdown()
     cluster.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def _runs_end_with_their_test() -> Iterator[None]:
+    """A test's training runs end with it. They are driven by the cluster's run host, a detached
+    actor that outlives a scheduler (`tidal.platform.runhost`), so killing a test's scheduler no
+    longer ends them: the host is killed after each test on the session's cluster."""
+    yield
+    if "ray" in sys.modules:
+        import ray
+
+        if ray.is_initialized():
+            from tidal.platform.runhost import stop_host
+
+            stop_host()
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,8 @@ from ray.exceptions import ActorDiedError
 from tidal.jobs.checkpoint import META_FILE, METRICS_FILE, STATE_FILE
 from tidal.jobs.runner import RunHung
 from tidal.jobs.worker import NonFiniteLoss
-from tidal.platform.executor import checkpoint_owner, infrastructure_failure, prune_runs, run_checkpoints
+from tidal.platform.executor import checkpoint_owner, prune_runs, run_checkpoints
+from tidal.platform.outcome import infrastructure_failure
 
 
 class TrainingFailedError(RuntimeError):

@@ -28,6 +28,7 @@ from tidal.jobs import Plan
 from tidal.jobs.runner import Resources, launch
 from tidal.platform import sdk
 from tidal.platform.config import NAMESPACE, SCHEDULER_NAME
+from tidal.platform.runhost import RUN_HOST_NAME
 from tidal.platform.store import JobRecord, JobState, Store
 
 pytestmark = pytest.mark.integration
@@ -270,14 +271,14 @@ def test_a_launch_the_state_file_refuses_is_written_later_and_never_launched_twi
             other.execute("BEGIN IMMEDIATE")
         sched.reconcile()  # launches, and the RUNNING write is refused
         assert sched.executor.has_run(jid) and sched.store.get(jid).state is JobState.QUEUED
-        run = sched.executor.handles[jid]
+        run = sched.executor.adopt()[jid]  # (run id, launch time, stop): the host's one run of the job
         sched.reconcile()  # still refused: decides nothing, launches nothing
-        assert sched.executor.handles.get(jid) is run and sched.store.get(jid).state is JobState.QUEUED
+        assert sched.executor.adopt().get(jid) == run and sched.store.get(jid).state is JobState.QUEUED
         other.execute("ROLLBACK")
         sched.reconcile()
         # the launch written first, then (a short run) perhaps its end, in the same tick
         assert sched.store.get(jid).state in (JobState.RUNNING, JobState.SUCCEEDED)
-        assert sched.executor.handles.get(jid) in (run, None)
+        assert sched.executor.adopt().get(jid) in (run, None)
         deadline = time.time() + 300
         while sched.store.get(jid).state is not JobState.SUCCEEDED:
             assert time.time() < deadline, sched.store.get(jid)
@@ -384,8 +385,13 @@ def test_scheduler_killed_while_a_job_profiles_and_while_one_stops(scheduler: An
     a, b = sdk.JobHandle(a.job_id, actor), sdk.JobHandle(b.job_id, actor)
     finals = [a.wait(timeout=900, poll_s=2), b.wait(timeout=900, poll_s=2)]
     assert [f["state"] for f in finals] == ["SUCCEEDED", "SUCCEEDED"], finals
-    notes = [e["note"] for e in ray.get(actor.job_events.remote(a.job_id))]
-    assert any("scheduler restarted" in n for n in notes), notes
+    # A's stopping run outlived the actor and was adopted still stopping: it ended with its
+    # checkpoint as asked, as if no scheduler had died
+    events = ray.get(actor.recent_events.remote())
+    assert any(f"adopted {a.job_id}'s run {a.job_id}-r" in e and "(STOPPING" in e for e in events), events
+    notes = [(e["to"], e["note"]) for e in ray.get(actor.job_events.remote(a.job_id))]
+    i = [to for to, _ in notes].index("STOPPING")
+    assert notes[i + 1][0] == "QUEUED" and "stopped at step" in notes[i + 1][1], notes
     assert_same_curve(spec_a, a.logs())
     assert_same_curve(spec_b, b.logs())
     assert_no_placement_group_left()
@@ -423,10 +429,12 @@ def _tidal(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_a_scheduler_lost_for_good_is_found_missing_and_started_on_the_cluster_state(
         ray_cluster: Any, tmp_path: Path) -> None:
-    """The scheduler killed for good while a job runs: `tidal status` from a shell without
+    """The scheduler killed for good while two jobs run: `tidal status` from a shell without
     TIDAL_STATE says no scheduler runs, in one line, exit 1, and starts none; `tidal start` brings
     one up on the head node on the state file the cluster recorded (not $TIDAL_STATE's default);
-    the job resumes from its newest checkpoint and ends with an uninterrupted run's curve."""
+    the jobs' runs, which trained on meanwhile, are adopted, neither is moved, and each ends with
+    an uninterrupted run's curve. (A run that died with its host is requeued from its newest
+    checkpoint: `test_ray_stop_and_start`.)"""
     from ray.util.state import list_actors
 
     from tidal.platform.registry import recorded_state_path
@@ -435,10 +443,11 @@ def test_a_scheduler_lost_for_good_is_found_missing_and_started_on_the_cluster_s
     gen = _start(tmp_path, state_path=str(state))
     actor = next(gen)
     assert recorded_state_path() == str(state.resolve())
-    spec = tiny_gpt_spec(name="lost-scheduler", total_steps=60, max_gpus=1, checkpoint_every=10)
-    job = sdk.JobHandle(ray.get(actor.submit.remote(spec, (Option(gpus=1, plan=Plan(dp=1, micro_batch=8),
-                                                                  samples_per_s=100.0),))), actor)
-    wait(lambda: job.status()["step"] >= 25, "the job to pass its second checkpoint")
+    specs = [tiny_gpt_spec(name=f"lost-scheduler-{i}", total_steps=60, max_gpus=1, checkpoint_every=10,
+                           seed=i) for i in range(2)]
+    one = (Option(gpus=1, plan=Plan(dp=1, micro_batch=8), samples_per_s=100.0),)
+    jobs = [sdk.JobHandle(ray.get(actor.submit.remote(spec, one)), actor) for spec in specs]
+    wait(lambda: all(j.status()["step"] >= 25 for j in jobs), "both jobs to pass their second checkpoint")
     ray.kill(actor, no_restart=True)
     wait(lambda: sdk.find() is None, "the scheduler's name to go", 30)
 
@@ -458,17 +467,23 @@ def test_a_scheduler_lost_for_good_is_found_missing_and_started_on_the_cluster_s
     assert started.returncode == 0, started.stderr
     actor = sdk.find()
     assert actor is not None
-    (row,) = list_actors(filters=[("name", "=", SCHEDULER_NAME), ("state", "=", "ALIVE")])
-    assert row.node_id == ray_cluster.node_ids[0]  # the head node
+    for name in (SCHEDULER_NAME, RUN_HOST_NAME):  # both on the head node
+        (row,) = list_actors(filters=[("name", "=", name), ("state", "=", "ALIVE")])
+        assert row.node_id == ray_cluster.node_ids[0], name
     try:
-        job = sdk.JobHandle(job.job_id, actor)  # the same job table: the recorded state file
-        final = job.wait(timeout=600, poll_s=1)
-        assert final["state"] == "SUCCEEDED", final
-        notes = [e["note"] for e in ray.get(actor.job_events.remote(job.job_id))]
-        resumed = [n for n in notes if n.startswith("scheduler restarted") and "resumes from step" in n]
-        assert resumed, notes
-        print(f"tidal start: {resumed[0]}")
-        assert_same_curve(spec, job.logs())
+        jobs = [sdk.JobHandle(j.job_id, actor) for j in jobs]  # the same job table: the recorded state file
+        for spec, job in zip(specs, jobs, strict=True):
+            final = job.wait(timeout=600, poll_s=1)
+            assert final["state"] == "SUCCEEDED", final
+            # its run outlived the scheduler (the run host drives it) and the new one adopted it:
+            # one run from start to end, never moved
+            adopted = [e for e in ray.get(actor.recent_events.remote())
+                       if f"adopted {job.job_id}'s run {job.job_id}-r0 (RUNNING" in e]
+            assert adopted, ray.get(actor.recent_events.remote())
+            print(f"tidal start: {adopted[0]}")
+            states = [e["to"] for e in ray.get(actor.job_events.remote(job.job_id))]
+            assert states == ["QUEUED", "RUNNING", "SUCCEEDED"] and final["restarts"] == 0, (states, final)
+            assert_same_curve(spec, job.logs())
     finally:
         ray.kill(actor, no_restart=True)
         time.sleep(2)

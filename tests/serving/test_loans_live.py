@@ -106,8 +106,8 @@ def test_lent_gpus_go_back_to_serve_on_a_surge(ray_cluster: Any, inference_node:
                 time.sleep(0.2)
 
         # a scheduler restarted in the middle: once the reclaim has stopped the job, the actor is
-        # killed (Ray restarts it, as a node's loss or an OOM would; the job's run dies with it and
-        # is requeued from its checkpoint); the new life reads the loan state from the store, so
+        # killed (Ray restarts it, as a node's loss or an OOM would; the job's runs, driven by the
+        # run host, live on and are adopted); the new life reads the loan state from the store, so
         # it has the demand's history at once, where a blind one would have none (and lend nothing
         # for H + 9 intervals)
         restart: dict[str, Any] = {}

@@ -53,7 +53,7 @@ _NO_ANSWER = object()  # `RunHandle._ask`'s default where None is an answer
 
 class RunHung(RuntimeError):
     """A run the driver found hung (no step for too long) and aborted; the job resumes from its
-    newest checkpoint (`tidal.platform.executor.infrastructure_failure`)."""
+    newest checkpoint (`tidal.platform.outcome.infrastructure_failure`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -261,6 +261,16 @@ class RunHandle:
         self._t0 = time.time()
         self._thread = threading.Thread(target=self._fit, name=f"tidal-{self.run_id}", daemon=True)
         self._thread.start()
+
+    @property
+    def launched_at(self) -> float:
+        """When the run was launched (`time.time()` of the launching process)."""
+        return self._t0
+
+    @property
+    def stop_requested_at(self) -> float | None:
+        """When `stop()` was first called (None: never)."""
+        return self._stop_time
 
     def _fit(self) -> None:
         try:

@@ -2,9 +2,11 @@
 
 It launches a job's run (a Ray Train `TorchTrainer` of DeepSpeed workers, `tidal.jobs.runner`)
 on exactly the nodes a decision names, asks runs to stop at their next step boundary with a
-checkpoint, and hands the scheduler every run that ended (`collect`) with how it ended. It also
-finds a lost run's newest complete checkpoint in storage and tells a fault of the cluster from
-the job's own error; what becomes of the job is the scheduler's call (`tidal.core.state`).
+checkpoint, and hands the scheduler every run that ended (`collect`) with how it ended
+(`outcome`). The runs themselves are driven by the cluster's run host (`runhost`), so they
+outlive a scheduler that dies; a restarted one `adopt`s them. It also finds a lost run's newest
+complete checkpoint in storage; what becomes of the job is the scheduler's call
+(`tidal.core.state`).
 """
 
 from __future__ import annotations
@@ -14,45 +16,21 @@ import re
 import shutil
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import ray
+
 from tidal.core.policy import Allocation
 from tidal.jobs.checkpoint import read_complete_meta, read_metrics
-from tidal.jobs.runner import Resources, RunHandle, RunResult, launch
+from tidal.jobs.runner import Resources
 from tidal.jobs.spec import JobSpec
 from tidal.jobs.storage import storage_root
+from tidal.platform.outcome import Ended
+from tidal.platform.runhost import start_host
 
-# What an infrastructure failure looks like from a run's error: a dead worker, node or actor, or
-# a collective torn down under a surviving worker (gloo/NCCL). Anything else — the job's loss or
-# model raising, a non-finite loss (tidal.jobs.worker.NonFiniteLoss) — is the job's own error.
-_INFRA_TYPES = ("ActorDiedError", "RayActorError", "WorkerCrashedError", "NodeDiedError",
-                "ActorUnavailableError", "OwnerDiedError", "ObjectLostError", "RaySystemError",
-                "RunHung")
-# The storage failing under a checkpoint is the cluster's too: the job resumes from its newest
-# complete checkpoint (measured: a full disk FAILED a job at its third checkpoint, the two before
-# it complete; a job cannot be resumed once FAILED).
-_INFRA_TEXT = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "NCCL error",
-               "ProcessGroupNCCL", "ProcessGroupGloo", "The actor died", "worker died",
-               "node died", "SYSTEM_ERROR", "Socket Timeout",
-               "No space left on device", "Disk quota exceeded", "Read-only file system",
-               "Stale file handle")
-
-
-def infrastructure_failure(error: BaseException) -> bool:
-    """True if a run failed for the cluster's reason, not the job's (see the markers above). The
-    job's own error wins when both appear: a NonFiniteLoss is never retried."""
-    chain: list[BaseException] = []
-    e: BaseException | None = error
-    while e is not None and e not in chain and len(chain) < 10:
-        chain.append(e)
-        e = getattr(e, "cause", None) or e.__cause__ or e.__context__
-    text = " ".join(f"{type(x).__name__}: {x}" for x in chain)
-    if "NonFiniteLoss" in text or "non-finite loss" in text:
-        return False
-    return any(t in text for t in _INFRA_TYPES) or any(t in text for t in _INFRA_TEXT)
-
+ASK_S = 15.0  # how long the loop waits for the run host's answer about one run
+LAUNCH_S = 300.0  # ... to a launch (the first one probes whether workers see CUDA) or a collection
 
 def run_checkpoints(run_id: str | None) -> tuple[str | None, int, list[dict[str, Any]]]:
     """A lost run's newest complete checkpoint, its step, and the metrics of the steps up to it
@@ -111,85 +89,122 @@ def checkpoint_owner(checkpoint: str) -> str | None:
     return m[1] if m else None
 
 
-@dataclass(frozen=True, kw_only=True)
-class Ended:
-    """A run that ended: its result, or the error it ended with and what it reported before."""
-
-    job_id: str
-    result: RunResult | None
-    error: Exception | None
-    history: list[dict[str, Any]] = field(default_factory=list)  # with `error`: the steps it ran
-
-
 class Executor:
+    """The scheduler's side of the runs: which jobs have a run, and the questions it asks the run
+    host about them (`tidal.platform.runhost`), each with a timeout so that a slow host never
+    holds the loop. A question the host does not answer in time gets "not known"."""
+
     def __init__(self, *, cpus_per_worker: float, max_failures: int, release_grace_s: float) -> None:
         self.cpus_per_worker = cpus_per_worker
         self.max_failures = max_failures  # Ray Train restarts a crashed worker group this often
         self.release_grace_s = release_grace_s
-        self.handles: dict[str, RunHandle] = {}
+        self.jobs: set[str] = set()  # the jobs with a run on the host, until `collect` hands it back
+        self._host: Any = None
         # (time, GPUs per node) of runs that just ended: Ray frees a placement group a little later
         self.released: deque[tuple[float, tuple[tuple[str, int], ...]]] = deque(maxlen=1000)
 
+    def host(self) -> Any:
+        """The cluster's run host (started on the head node where none runs)."""
+        if self._host is None:
+            self._host = start_host()
+        return self._host
+
+    def _ask(self, method: str, *args: Any, default: Any = None, timeout: float = ASK_S) -> Any:
+        """The host's answer to `method(*args)`, or `default` when it does not answer in time or
+        is gone (`collect` then finds its runs ended)."""
+        try:
+            return ray.get(getattr(self.host(), method).remote(*args), timeout=timeout)
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            return default
+
+    def adopt(self) -> dict[str, tuple[str, float, float | None]]:
+        """The runs the host drives that no scheduler has collected (job → run id, launch time,
+        when a stop was asked); a restarted scheduler `track`s those its store says run."""
+        runs: dict[str, tuple[str, float, float | None]] = self._ask("runs", default={}, timeout=LAUNCH_S)
+        return runs
+
+    def track(self, job_id: str) -> None:
+        """The job's run, launched by an earlier scheduler, is this one's from now on."""
+        self.jobs.add(job_id)
+
+    def discard(self, job_id: str) -> None:
+        """A run no record knows: asked to stop, its end never handed to the scheduler."""
+        self._ask("discard", job_id)
+
     def launch(self, job_id: str, spec: JobSpec, alloc: Allocation, checkpoint: str | None,
-               run_id: str) -> None:
+               run_id: str) -> float:
         """Start the job's run of `alloc.plan` with one worker per GPU, worker i on the i-th GPU's
-        node (`Resources.node_ids`), from `checkpoint`."""
+        node (`Resources.node_ids`), from `checkpoint`; returns its launch time. Raises what the
+        launch raised (a plan the spec refuses, a checkpoint of the whole job)."""
         node_ids = tuple(n for n, g in alloc.gpus_by_node for _ in range(g))
         res = Resources(num_workers=alloc.plan.dp, gpus_per_worker=1, cpus_per_worker=self.cpus_per_worker,
                         node_ids=node_ids)
-        self.handles[job_id] = launch(spec, alloc.plan, res, checkpoint, run_id=run_id,
-                                      max_failures=self.max_failures, job_key=job_id)
+        try:
+            at = ray.get(self.host().launch.remote(job_id, spec, alloc.plan, res, checkpoint, run_id,
+                                                   self.max_failures), timeout=LAUNCH_S)
+        except ray.exceptions.RayTaskError as e:
+            raise e.cause if isinstance(e.cause, Exception) else e from None
+        except ray.exceptions.RayActorError:
+            self._host = None  # the host died: the next launch starts another
+            raise
+        except ray.exceptions.GetTimeoutError:
+            self.discard(job_id)  # if it starts after all, it is stopped and dropped
+            raise
+        self.jobs.add(job_id)
+        return float(at)
 
     def stop(self, job_id: str) -> bool:
         """Ask the job's run to stop at its next step boundary with a checkpoint; False if it has
         no run here."""
-        h = self.handles.get(job_id)
-        if h is not None:
-            h.stop()
-        return h is not None
+        if job_id not in self.jobs:
+            return False
+        self._ask("stop", job_id)
+        return True
 
     def has_run(self, job_id: str) -> bool:
-        return job_id in self.handles
+        return job_id in self.jobs
 
     def registered(self, job_id: str) -> bool:
         """Whether the job's run has registered its workers with Ray's autoscaling coordinator
         (`tidal.core.autoscale`); False if it has no run here."""
-        h = self.handles.get(job_id)
-        return h is not None and h.registered()
+        return job_id in self.jobs and bool(self._ask("registered", job_id, default=False))
 
     def quiet_s(self, job_id: str) -> float | None:
         """Seconds since the job's run last executed a step, or since its launch before its
         first; None when not known (`RunHandle.quiet_s`)."""
-        h = self.handles.get(job_id)
-        return h.quiet_s() if h is not None else None
+        return self._ask("quiet_s", job_id) if job_id in self.jobs else None
 
     def abort_hung(self, job_id: str, why: str) -> None:
         """Abort the job's hung run; `collect` hands it back ended with `RunHung(why)`."""
-        h = self.handles.get(job_id)
-        if h is not None:
-            h.abort_hung(why)
+        if job_id in self.jobs:
+            self._ask("abort_hung", job_id, why)
 
     def progress(self, job_id: str) -> dict[str, Any] | None:
-        h = self.handles.get(job_id)
-        return h.progress() if h is not None else None
+        return self._ask("progress", job_id) if job_id in self.jobs else None
 
     def history(self, job_id: str) -> list[dict[str, Any]]:
-        h = self.handles.get(job_id)
-        return h.history() if h is not None else []
+        if job_id not in self.jobs:
+            return []
+        steps: list[dict[str, Any]] = self._ask("history", job_id, default=[])
+        return steps
 
     def collect(self, allocations: dict[str, list[list[Any]] | None]) -> list[Ended]:
         """Every run that ended since the last call; `allocations` (job → GPUs per node) marks
-        their GPUs as just released."""
-        out = []
-        for jid, h in list(self.handles.items()):
-            if not h.done():
-                continue
-            del self.handles[jid]
-            self.released.append((time.time(), tuple((n, int(g)) for n, g in allocations.get(jid) or [])))
-            try:
-                out.append(Ended(job_id=jid, result=h.result(), error=None))
-            except Exception as e:
-                out.append(Ended(job_id=jid, result=None, error=e, history=h.history()))
+        their GPUs as just released. A host that died ended all its runs, with that error."""
+        if not self.jobs:
+            return []
+        try:
+            out: list[Ended] = ray.get(self.host().ended.remote(), timeout=LAUNCH_S)
+        except ray.exceptions.GetTimeoutError:
+            return []
+        except ray.exceptions.RayActorError as e:
+            self._host = None
+            out = [Ended(job_id=j, result=None, error=e, infrastructure=True) for j in self.jobs]
+        out = [x for x in out if x.job_id in self.jobs]  # `discard`ed runs are dropped by the host
+        now = time.time()
+        for x in out:
+            self.jobs.discard(x.job_id)
+            self.released.append((now, tuple((n, int(g)) for n, g in allocations.get(x.job_id) or [])))
         return out
 
     def recently_released(self, now: float) -> list[tuple[tuple[str, int], ...]]:

@@ -37,7 +37,8 @@ from tidal.jobs.storage import checkpoint_done
 from tidal.platform.config import SchedulerConfig
 from tidal.platform.curves import Curves
 from tidal.platform.errors import error_text
-from tidal.platform.executor import Ended, Executor, infrastructure_failure, prune_runs, run_checkpoints
+from tidal.platform.executor import Executor, prune_runs, run_checkpoints
+from tidal.platform.outcome import Ended
 from tidal.platform.recording import Recorder
 from tidal.platform.store import JobRecord, JobState, Store, StoreWriteError
 
@@ -111,7 +112,7 @@ class RunTracker:
         """Step 1: progress of the live runs into the store; the runs that ended into states."""
         now = time.time()
         recs = {r.job_id: r for r in self.store.all()}
-        for jid in list(self.executor.handles):
+        for jid in list(self.executor.jobs):
             p = self.executor.progress(jid)
             if not p:
                 continue
@@ -143,7 +144,7 @@ class RunTracker:
         it back ended with `RunHung`, and the job resumes from its newest checkpoint. Without it,
         one stopped worker leaves its job RUNNING for good, a cancel leaves it STOPPING for good,
         and as a STOPPING job holds every decision back, the whole cluster waits."""
-        for jid in list(self.executor.handles):
+        for jid in list(self.executor.jobs):
             quiet = self.executor.quiet_s(jid)  # None: not known this tick
             run = self.records.setdefault(jid, Run())
             if quiet is not None and quiet > self.cfg.stall_s and not run.hung:
@@ -159,7 +160,7 @@ class RunTracker:
         jid, rec = ended.job_id, self.store.get(ended.job_id)
         if ended.result is None:
             assert ended.error is not None
-            self.run_failed(rec, ended.error, ended.history)
+            self.run_failed(rec, ended.error, ended.history, infrastructure=ended.infrastructure)
         else:
             self.record_result(rec, ended.result)
         run = self.records.pop(jid, None)
@@ -196,9 +197,10 @@ class RunTracker:
                                   restarts=rec.restarts + 1, **fields)
             self.note(f"{jid} stopped at step {r.final_step} for reconfiguration")
 
-    def run_failed(self, rec: JobRecord, e: Exception, history: list[dict[str, Any]]) -> None:
-        """A run ended with an error. The cluster's fault (a dead worker or node, a broken
-        collective: `executor.infrastructure_failure`) sends the job back to QUEUED from the
+    def run_failed(self, rec: JobRecord, e: Exception, history: list[dict[str, Any]], *,
+                   infrastructure: bool) -> None:
+        """A run ended with error `e`. The cluster's fault (`infrastructure`: a dead worker or
+        node, a broken collective, `outcome.infrastructure_failure`) sends the job back to QUEUED from the
         newest checkpoint in its run's storage, counted in `restarts`, up to
         `max_infra_restarts` (`requeue`: SUCCEEDED if that checkpoint is the whole job); the
         job's own error (its loss or model raising, a non-finite
@@ -218,7 +220,7 @@ class RunTracker:
             self.store.transition(jid, JobState.CANCELLED, f"cancelled; its run ended with {first}",
                                   allocation=None, finished=time.time(), **ended)
             return
-        if infrastructure_failure(e):
+        if infrastructure:
             ckpt, step = newest, at
             self.curves.save(jid, metrics)
             if ckpt is None:  # nothing new: back to the checkpoint it started from
@@ -273,22 +275,52 @@ class RunTracker:
             self.note(f"{job_id}: removed its earlier runs from storage ({', '.join(removed)})")
 
     def recover(self) -> None:
-        """A restarted actor's runs died with its predecessor: their jobs go back to QUEUED from the
-        newest checkpoint their run left (CANCELLED if a cancel was asked for; SUCCEEDED if that
-        checkpoint is the whole job)."""
+        """A scheduler's start: the runs its predecessor left. The run host drives runs apart from
+        the scheduler (`tidal.platform.runhost`), so a run its state file says is RUNNING or
+        STOPPING is usually still there: it is adopted as it is (a stop asked for stays asked),
+        and the policy, whose inputs are the store's, decides about it as the predecessor would
+        have. A run that is gone (the host died with it, or Ray restarted) sends its job back to
+        QUEUED from the newest checkpoint it left (CANCELLED if a cancel was asked for;
+        SUCCEEDED if that checkpoint is the whole job). A run the host drives that no record
+        names (its launch never recorded) is stopped and dropped."""
+        live = self.executor.adopt()
         for r in self.store.all():
             if r.state in (JobState.RUNNING, JobState.STOPPING):
-                ckpt, step, metrics = run_checkpoints(r.run_id)
-                self.curves.save(r.job_id, metrics)
-                if r.cancel_requested:
-                    self.store.transition(r.job_id, JobState.CANCELLED, "cancelled; the scheduler restarted "
-                                          "while it stopped", allocation=None, finished=time.time(),
-                                          checkpoint=ckpt or r.checkpoint, step=max(step, r.step))
+                found = live.pop(r.job_id, None)
+                if found is not None and found[0] == r.run_id:
+                    self.adopt(r, launched_at=found[1], stop_asked_at=found[2])
                     continue
-                self.requeue(r, ckpt or r.checkpoint, max(step, r.step),
-                              f"scheduler restarted: run {r.run_id} lost")
+                if found is not None:  # another run of the job: not the one the record names
+                    live[r.job_id] = found
+                self.lost(r)
             elif r.state is JobState.PROFILING:
                 self.note(f"{r.job_id} admission starts again after a scheduler restart")
+        for jid, (run_id, _, _) in live.items():
+            self.executor.discard(jid)
+            self.note(f"{jid}: run {run_id} is not in the state file; stopped")
+
+    def adopt(self, r: JobRecord, *, launched_at: float, stop_asked_at: float | None) -> None:
+        """The job's live run is this scheduler's: tracked, with its launch time (the policy's
+        view of how long it has run) and its stop, asked for again if the record says STOPPING."""
+        self.executor.track(r.job_id)
+        self.records[r.job_id] = Run(launched_at=launched_at, stop_asked_at=stop_asked_at)
+        if r.state is JobState.STOPPING:
+            self.executor.stop(r.job_id)
+            self.stop_asked(r.job_id, time.time())
+        self.note(f"scheduler restarted: adopted {r.job_id}'s run {r.run_id} ({r.state.value}, "
+                  f"step {r.step})")
+
+    def lost(self, r: JobRecord) -> None:
+        """The job's run is gone: requeued from the newest checkpoint its run left."""
+        ckpt, step, metrics = run_checkpoints(r.run_id)
+        self.curves.save(r.job_id, metrics)
+        if r.cancel_requested:
+            self.store.transition(r.job_id, JobState.CANCELLED, "cancelled; the scheduler restarted "
+                                  "while it stopped", allocation=None, finished=time.time(),
+                                  checkpoint=ckpt or r.checkpoint, step=max(step, r.step))
+            return
+        self.requeue(r, ckpt or r.checkpoint, max(step, r.step), f"scheduler restarted: run {r.run_id} lost")
+
 
 def compute_steps(r: JobRecord, progress: dict[str, Any] | None,
                   seen: dict[str, tuple[str, int, bool]]) -> int:

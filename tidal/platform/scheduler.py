@@ -26,12 +26,13 @@ explicit controller loop (`reconcile`):
 the job PROFILING and returns its id: nothing slow runs in the actor. The SDK's dry run has
 already built the model and taken one step on the client (`tidal.jobs.dryrun`).
 
-A restarted actor (`max_restarts=-1`) reopens the store: jobs it had RUNNING or STOPPING lost
-their runs with the old actor (Ray Train's controller and workers are owned by it), so they
-return to QUEUED from the newest checkpoint under their run's storage directory
-(`RunTracker.recover`); PROFILING jobs start their admission again (the profile cache keeps
-what was measured). Until the old placement groups are gone their GPUs are not free, and the
-snapshot, built from what Ray reports free, does not offer them.
+A restarted actor (`max_restarts=-1`), or one `tidal start` brings up after one was lost for
+good, reopens the store. Runs are driven by the cluster's run host (`runhost`), not by this
+actor, so they outlive it: the jobs it had RUNNING or STOPPING whose runs are still there are
+adopted as they are, and the policy, whose inputs all come from the store and the cluster,
+decides about them as before; a job whose run is gone (the host died, or Ray restarted) returns
+to QUEUED from the newest checkpoint under its run's storage directory (`RunTracker.recover`).
+PROFILING jobs start their admission again (the profile cache keeps what was measured).
 """
 
 from __future__ import annotations
@@ -63,10 +64,11 @@ from tidal.platform.admitter import Admitter
 from tidal.platform.config import SchedulerConfig
 from tidal.platform.curves import Curves
 from tidal.platform.errors import error_note, error_text
-from tidal.platform.executor import Executor, checkpoint_owner, infrastructure_failure, run_checkpoints
+from tidal.platform.executor import Executor, checkpoint_owner, run_checkpoints
 from tidal.platform.lending import Lending
 from tidal.platform.metrics import Metrics
 from tidal.platform.noderequest import NodeRequester
+from tidal.platform.outcome import infrastructure_failure
 from tidal.platform.recording import Recorder
 from tidal.platform.registry import record_state_path
 from tidal.platform.reservations import without
@@ -295,11 +297,11 @@ class Scheduler:
                 r = by_id[jid]
                 run_id = f"{jid}-r{r.restarts}"
                 try:
-                    self.executor.launch(jid, self._spec(r), a, r.checkpoint, run_id)
+                    at = self.executor.launch(jid, self._spec(r), a, r.checkpoint, run_id)
                 except Exception as e:  # one job's launch must not stop the loop for every job
                     self._launch_failed(r, e)
                     continue
-                self.runs.launched(jid, time.time())
+                self.runs.launched(jid, at)
                 sps = predicted_sps(r, self._spec(r), a)
                 self._log_action("launch", jid, list(a.gpus_by_node), a.plan.short())
                 self._event(f"{jid} launched: {a.plan.short()} on {dict(a.gpus_by_node)}")
@@ -387,6 +389,7 @@ class Scheduler:
         running = r.state in (JobState.RUNNING, JobState.STOPPING)
         eta = max(0, spec.total_steps - compute) * spec.global_batch / sps if running and sps > 0 else None
         gpus, nodes = sum(g for _, g in r.allocation or []), [n for n, _ in r.allocation or []]
+        believed = snapshots.believed_sps(r, int(gpus))
         reason = self.reasons.get(r.job_id, "") if r.state is JobState.QUEUED else ""
         if r.state is JobState.PROFILING:
             reason, gpus, nodes = self.admitter.row(r.job_id)
@@ -395,7 +398,7 @@ class Scheduler:
             "job_id": r.job_id, "name": r.name, "state": r.state.value,
             "plan": Plan.from_dict(r.plan).short() if r.plan else "",
             "gpus": gpus, "nodes": nodes, "allocation": [[n, int(g)] for n, g in r.allocation or []]
-            if running else [], "predicted_sps": r.predicted_sps, "measured_sps": sps,
+            if running else [], "predicted_sps": believed, "model_sps": r.predicted_sps, "measured_sps": sps,
             "step": step, "compute_steps": compute, "restarts": r.restarts, "error": r.error,
             "error_line": error_note(r.error) if r.error else "",  # what `tidal events` notes
             "checkpoint": r.checkpoint,

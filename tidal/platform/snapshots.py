@@ -75,6 +75,14 @@ def predicted_sps(r: JobRecord, spec: JobSpec, a: Allocation) -> float:
     return predicted(r.options, requested(r, spec), a)
 
 
+def believed_sps(r: JobRecord, gpus: int) -> float:
+    """What the policy expects job `r` to run at on `gpus` GPUs now: its model's samples/s at
+    launch (`JobRecord.predicted_sps`, uncorrected) times its correction r(gpus), the measured ÷
+    model ratio smoothed over its runs (`tidal.core.correction`). `tidal status` shows this
+    beside the measured figure, so that the two agree with the ratios printed under them."""
+    return r.predicted_sps * (correction(r).ratio(gpus) if gpus > 0 else 1.0)
+
+
 def job_view(r: JobRecord, spec: JobSpec, restart_s: float, running_s: float,
              spent: dict[str, tuple[str, int, bool]]) -> JobView:
     """Job `r` as the policy reads it, its predictions corrected by its measured samples/s.
