@@ -99,7 +99,7 @@ def test_status_table_fits_long_ids_and_shows_progress() -> None:
     header, running = lines[0], lines[1]
     assert running.startswith(long_id + " ") and running.index("RUNNING") == header.index("state")
     assert "50/200" in running and "25%" in running and "12m34s" in running
-    assert lines[2].strip() == "measured/predicted: 0.31 on 1 GPU, 0.28 on 2 GPUs"
+    assert lines[2].strip() == "correction (measured ÷ model, smoothed): 0.31 on 1 GPU, 0.28 on 2 GPUs"
     assert lines[4].strip() == "waiting: needs 4 GPUs, others use them better"
     failed = dict(rows[1], state="FAILED", reason="", error="ControllerError: Training failed due to "
                   "controller error:\n[Errno 28] No space left on device",
@@ -321,14 +321,38 @@ def test_an_address_no_cluster_answers_is_one_line_in_seconds(address: str, says
 def test_a_job_whose_model_raises_is_one_line_before_any_cluster(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """`tidal plan` of a spec whose model factory raises was a 40-line traceback; `tidal submit`
-    of it with no cluster said "no Ray cluster to join" and hid the spec's own error."""
+    of it with no cluster said "no Ray cluster to join" and hid the spec's own error, and so did
+    `tidal resume JOB FILE` (its dry run came after the join)."""
     job = tmp_path / "broken_model.py"
     job.write_text("import dataclasses\n"
                    "from tests.conftest import tiny_gpt_spec\n"
                    "def boom():\n    raise RuntimeError('the factory is broken')\n"
                    "spec = dataclasses.replace(tiny_gpt_spec(), model=boom)\n")
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")  # joining would fail: the spec's error comes first
-    for command in (["plan", str(job), "--gpus", "1"], ["submit", str(job)]):
+    for command in (["plan", str(job), "--gpus", "1"], ["submit", str(job)],
+                    ["resume", "some-job", str(job)]):
         with pytest.raises(SystemExit, match=r"^tidal: JobSpec\.model: the factory raised RuntimeError: "
                                              r"the factory is broken$"):
             main(command)
+
+
+def test_the_status_rows_prediction_agrees_with_the_correction_under_it() -> None:
+    """The issue's case: a model that said 650 samples/s on 2 GPUs for a job measured at 278, its
+    correction 0.43 there. The row's prediction is what the policy expects now (650 × 0.43), not
+    the model's 650 (or a figure from another GPU count), so pred/meas reads 280/278 above
+    "0.43 on 2 GPUs"; a job not measured yet shows the model's figure."""
+    from tidal.platform.cli import format_status
+    from tidal.platform.snapshots import believed_sps
+    from tidal.platform.store import JobRecord
+
+    rec = JobRecord(job_id="j", name="j", spec=b"", predicted_sps=650.0, sps_ratios=[[1, 0.9], [2, 0.43]])
+    assert believed_sps(rec, 2) == pytest.approx(279.5)
+    assert believed_sps(rec, 1) == pytest.approx(585.0)
+    assert believed_sps(JobRecord(job_id="k", name="k", spec=b"", predicted_sps=650.0), 2) == 650.0
+    row = {"job_id": "j", "state": "RUNNING", "plan": "dp2-z0-mb8x1", "gpus": 2, "nodes": ["n"],
+           "predicted_sps": believed_sps(rec, 2), "measured_sps": 278.0, "step": 5, "total_steps": 10,
+           "eta_s": 1.0, "restarts": 0, "error": None, "reason": "", "sps_ratios": rec.sps_ratios}
+    table = format_status([row]).splitlines()
+    pred, meas = (float(x) for x in table[1].split()[-2].split("/"))
+    ratio = float(table[2].split(": ")[1].split(", ")[1].split()[0])  # "0.43 on 2 GPUs"
+    assert abs(meas / pred - 1) < 0.02 and ratio == 0.43, table

@@ -71,7 +71,7 @@ class Correction:
 
 @dataclass(frozen=True, kw_only=True)
 class CorrectionConfig:
-    half_life_s: float = 120.0
+    half_life_s: float = 120.0  # seconds after which a measurement weighs half as much
     bounds: tuple[float, float] = (0.05, 20.0)  # a ratio outside is a broken measurement, clipped
 
     def __post_init__(self) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -235,8 +236,9 @@ def _eta(seconds: float | None) -> str:
 
 def format_status(rows: list[dict[str, Any]]) -> str:
     """The `tidal status` table: job, state, plan, GPUs/nodes, progress and ETA, samples/s
-    predicted vs measured, restarts; below a job, why it waits, the online correction's
-    measured ÷ predicted ratio per GPU count it has run on, and its error."""
+    predicted (the performance model's figure times the job's correction) vs measured (its
+    latest step), restarts; below a job, why it waits, the correction (measured ÷ model,
+    smoothed over the job's runs) per GPU count it has run on, and its error."""
     w = max([12, *(len(str(r["job_id"])) + 2 for r in rows)])
     lines = [f"{'job':<{w}}{'state':<11}{'plan':<20}{'GPUs':>5} {'nodes':<14}{'step/total':>12}{'done':>6}"
              f"{'ETA':>8}{'samples/s pred/meas':>21}{'restarts':>9}"]
@@ -251,7 +253,7 @@ def format_status(rows: list[dict[str, Any]]) -> str:
         if r.get("reason"):
             lines.append(f"    {r['reason']}")
         if r.get("sps_ratios"):
-            lines.append("    measured/predicted: " + ", ".join(
+            lines.append("    correction (measured ÷ model, smoothed): " + ", ".join(
                 f"{float(x):.2f} on {int(n)} GPU{'s' if int(n) != 1 else ''}" for n, x in r["sps_ratios"]))
         if r.get("error_line"):
             lines.append(f"    error: {r['error_line']}")
@@ -334,8 +336,14 @@ def cmd_start(args: argparse.Namespace) -> int:
     shape, which measure serving capacity). Idempotent: an existing actor is reused."""
     from tidal.platform import sdk
     from tidal.platform.config import SchedulerConfig
+    from tidal.platform.settings import SettingsError, load_settings
 
     config = None
+    if args.config:  # checked whole before anything starts: one line naming the setting
+        try:
+            config = load_settings(args.config)
+        except SettingsError as e:
+            raise SystemExit(f"tidal: --config {e}") from None
     app = None
     if args.serve_checkpoint or args.serve_model:  # built (and so checked) before anything starts
         from tidal.serving.app import gpt_app
@@ -359,8 +367,11 @@ def cmd_start(args: argparse.Namespace) -> int:
         if not isinstance(parsed, dict) or not isinstance(parsed.get("available_node_types"), dict):
             raise SystemExit(f"tidal: --autoscaling-config {args.autoscaling_config}: no "
                              "available_node_types (a Ray cluster-launcher config)")
-        config = SchedulerConfig(autoscaling_config=parsed)
+        config = dataclasses.replace(config or SchedulerConfig(), autoscaling_config=parsed)
     _join(log_to_driver=False)
+    if config is not None and sdk.find() is not None:
+        print("tidal: a scheduler already runs on this cluster and keeps its settings; they apply "
+              "to the next one started (after `ray.kill` of the actor 'tidal-scheduler')")
     actor = sdk.connect(config)
     if _get(actor.ping.remote()) != "ok":
         raise SystemExit("tidal: the scheduler actor did not answer")
@@ -404,12 +415,16 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
+    from tidal.jobs.dryrun import dry_run
     from tidal.platform import sdk
 
     spec = load_spec(args.file) if args.file is not None else None
+    if spec is not None:
+        with _one_line_errors():  # the spec's own errors first, before any cluster is joined
+            dry_run(spec)
     _join(log_to_driver=False)
     with _one_line_errors():
-        handle = sdk.resume(args.job, spec)
+        handle = sdk.resume(args.job, spec, checked=True)
     print(f"submitted {handle.job_id}: {args.job} resumed from its newest checkpoint", flush=True)
     return _wait(handle) if args.wait else 0
 
@@ -441,6 +456,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="redraw the table every SECONDS (default 2) until Ctrl-C")
     st.set_defaults(func=cmd_status)
     sp = sub.add_parser("start", help="start Tidal's control plane on this Ray cluster (after `ray start`)")
+    sp.add_argument("--config", help="the scheduler's settings, a YAML file (docs/settings.md)")
     sp.add_argument("--serve-checkpoint", help="also serve the GPT of this Tidal checkpoint (Ray Serve)")
     sp.add_argument("--autoscaling-config",
                     help="the autoscaler's cluster config (on a `ray up` head: ~/ray_bootstrap_config.yaml): "

@@ -22,14 +22,14 @@ NAMESPACE = "tidal"
 
 @dataclass(frozen=True, kw_only=True)
 class SchedulerConfig:
-    tick_s: float = 2.0
+    tick_s: float = 2.0  # seconds between reconcile steps (a submit or a run's end wakes the loop at once)
     state_path: str | None = None  # SQLite file; default $TIDAL_STATE/tidal.sqlite
     profile_samples: int = 4  # plans profiled per job (≤ 8)
-    profile_steps: int = 2
+    profile_steps: int = 2  # measured steps per profiled plan
     profile_gpus: float = 1.0  # GPUs per profiling worker (0 profiles on CPUs)
-    use_cuda: bool = False
-    gpu_mem_gib: float = 80.0
-    cpus_per_worker: float = 1.0
+    use_cuda: bool = False  # profiles run on CUDA (False: on the CPU, the GPUs logical)
+    gpu_mem_gib: float = 80.0  # one GPU's memory: the memory model refuses plans that exceed it
+    cpus_per_worker: float = 1.0  # CPUs a training worker reserves beside its GPU
     # what the policy charges a restart or start: None measures it from this scheduler's own runs
     # (`tidal.core.restarts`: median stop + median launch → first step; 30 s until measured); a
     # number pins it
@@ -38,7 +38,7 @@ class SchedulerConfig:
     # scheduler, which requeues the job from its newest checkpoint (counted in `restarts`) and
     # may place it elsewhere (the node may be gone)
     max_failures: int = 0
-    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)  # the policy's settings (below)
     # the loan manager, in Serve replicas (one GPU each) per tick: replica_rps=1 makes its rates
     # replica counts; lead_s: checkpoint + stop + a replica's start. Its min_replicas (1) is the
     # availability floor lending never takes: the demand is Serve's need, which is 0 at no traffic

@@ -191,12 +191,13 @@ def submit(spec: JobSpec, *, config: SchedulerConfig | None = None,
     return JobHandle(job_id, scheduler)
 
 
-def resume(job_id: str, spec: JobSpec | None = None) -> JobHandle:
+def resume(job_id: str, spec: JobSpec | None = None, *, checked: bool = False) -> JobHandle:
     """Submit ended job `job_id` again from its newest complete checkpoint, as a new job, with
-    its own spec or `spec` (dry-run here first, like `submit`'s): `Scheduler.resume`."""
+    its own spec or `spec` (dry-run here first, like `submit`'s, unless the caller ran it:
+    `checked`): `Scheduler.resume`."""
     from tidal.jobs.dryrun import dry_run
 
-    if spec is not None:
+    if spec is not None and not checked:
         dry_run(spec)
     scheduler = connect(start=False)
     new_id: str = answer(scheduler.resume.remote(job_id, spec))

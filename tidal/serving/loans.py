@@ -53,7 +53,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True, kw_only=True)
 class LoanConfig:
     replica_rps: float  # one replica's requests/s at the SLO (measured: tidal.serving.capacity)
-    interval_s: float = 60.0
+    interval_s: float = 60.0  # seconds per interval of demand: one loan decision each
     lead_s: float = 30.0  # reclaim lead time: checkpoint + stop + a replica's start
     # the chance per decision that the demand before a reclaim can answer outgrows what is kept
     risk: float = 0.1
