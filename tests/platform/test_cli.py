@@ -318,6 +318,23 @@ def test_an_address_no_cluster_answers_is_one_line_in_seconds(address: str, says
     assert time.monotonic() - t < 10
 
 
+def test_with_two_clusters_on_the_machine_the_address_must_be_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without RAY_ADDRESS Ray joins the last `ray start`'s cluster, or any it finds, and with
+    several only warns. Two GCS processes found here (Ray's own discovery, given two): every
+    command that joins says so in one line and joins neither."""
+    import ray
+    import ray._private.services as services
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(services, "find_gcs_addresses", lambda: {"10.0.0.2:6379", "10.0.0.1:6379"})
+    for command in (["status"], ["cancel", "some-job"], ["start"]):
+        with pytest.raises(SystemExit, match=r"^tidal: 2 Ray clusters run on this machine "
+                                             r"\(10\.0\.0\.1:6379, 10\.0\.0\.2:6379\): set RAY_ADDRESS to "
+                                             r"the one you mean$"):
+            main(command)
+
+
 def test_a_job_whose_model_raises_is_one_line_before_any_cluster(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """`tidal plan` of a spec whose model factory raises was a 40-line traceback; `tidal submit`

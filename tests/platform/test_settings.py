@@ -31,7 +31,8 @@ def test_a_file_sets_what_it_names_and_keeps_every_other_default(tmp_path: Path)
     assert cfg.policy.aging_s == 600.0 and cfg.policy.admission_preempts == "later"
     assert math.isinf(cfg.policy.settle_s) and cfg.policy.horizon_s == default.policy.horizon_s
     # the scheduler's own loan defaults stay (replica counts per 2-s tick), not LoanConfig's class ones
-    assert cfg.loans.risk == 0.05 and cfg.loans.replica_rps == 1.0 and cfg.loans.lead_s == default.loans.lead_s
+    assert cfg.loans.risk == 0.05 and cfg.loans.replica_rps == 1.0
+    assert cfg.loans.lead_s == default.loans.lead_s
     assert cfg.correction is not None and cfg.correction.bounds == (0.1, 10.0)
     assert load_settings(_file(tmp_path, "correction: null\n")).correction is None
     assert load_settings(_file(tmp_path, "")) == default  # an empty file: the defaults
@@ -47,7 +48,8 @@ def test_a_file_sets_what_it_names_and_keeps_every_other_default(tmp_path: Path)
                                 "max_restarts, settle_s)"),
     ("tick: 2\n", "tidal.yaml: unknown setting tick (known: autoscale, "),
     ("tick_s: -1\n", "tidal.yaml: SchedulerConfig.tick_s must be"),
-    ("policy: {aging_s: -5}\n", "tidal.yaml: PolicyConfig.aging_s must be a positive number of seconds, got -5.0"),
+    ("policy: {aging_s: -5}\n",
+     "tidal.yaml: PolicyConfig.aging_s must be a positive number of seconds, got -5.0"),
     ("loans: {risk: 1.5}\n", "tidal.yaml: loans: risk: a probability in (0, 1), got 1.5"),
     ("policy: 3\n", "tidal.yaml: policy must be a mapping of settings, got int 3"),
     ("- tick_s\n", "tidal.yaml: the file must be a mapping of settings, got list ['tick_s']"),
@@ -55,7 +57,7 @@ def test_a_file_sets_what_it_names_and_keeps_every_other_default(tmp_path: Path)
 ])
 def test_a_bad_file_is_one_line_naming_the_setting_and_value(tmp_path: Path, text: str, line: str) -> None:
     with pytest.raises(SettingsError) as e:
-        load_settings(_file(tmp_path, text), )
+        load_settings(_file(tmp_path, text))
     msg = str(e.value).replace(str(tmp_path) + "/", "")
     assert "\n" not in msg and msg.startswith(line), msg
 
@@ -83,6 +85,7 @@ def test_the_settings_reference_is_written_from_the_dataclasses() -> None:
     """docs/settings.md is `reference()` (regenerate: python -m tidal.platform.settings > docs/settings.md),
     and it names every setting, nested ones with their prefix."""
     page = (ROOT / "docs" / "settings.md").read_text()
-    assert page == reference(), "docs/settings.md is stale: python -m tidal.platform.settings > docs/settings.md"
+    stale = "docs/settings.md is stale: python -m tidal.platform.settings > docs/settings.md"
+    assert page == reference(), stale
     for name in ("tick_s", "policy.aging_s", "loans.risk", "correction.half_life_s", "autoscaling_config"):
         assert f"| `{name}` |" in page, name

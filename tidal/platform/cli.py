@@ -76,6 +76,8 @@ def _join(*, embedded_gpus: int | None = None, cpus: float = 0.0, log_to_driver:
     address = os.environ.get("RAY_ADDRESS")
     if address:
         _check_address(address)
+    else:
+        _one_cluster_meant()
     try:
         ray.init(address=address or "auto", log_to_driver=log_to_driver)
     except ValueError as e:  # an address Ray cannot parse
@@ -88,6 +90,18 @@ def _join(*, embedded_gpus: int | None = None, cpus: float = 0.0, log_to_driver:
                              "`ray up cluster.yaml`) or set RAY_ADDRESS") from None
         ray.init(num_cpus=max(2, os.cpu_count() or 2, math.ceil(cpus)), num_gpus=embedded_gpus,
                  log_to_driver=log_to_driver)
+
+
+def _one_cluster_meant() -> None:
+    """Without RAY_ADDRESS, Ray joins the cluster of the last `ray start` on this machine, or any
+    it finds, and with several running only warns: a `tidal submit` could land in a test
+    cluster. With more than one running here, the address must be named."""
+    from ray._private.services import find_gcs_addresses  # Ray's own discovery (`ps`)
+
+    found = sorted(find_gcs_addresses())
+    if len(found) > 1:
+        raise SystemExit(f"tidal: {len(found)} Ray clusters run on this machine ({', '.join(found)}): "
+                         "set RAY_ADDRESS to the one you mean")
 
 
 PROBE_S = 3.0  # how long `tidal` waits for a cluster's GCS port to answer before saying none runs
