@@ -27,7 +27,7 @@ from tidal.jobs.runner import Resources
 from tidal.jobs.spec import JobSpec
 from tidal.jobs.storage import storage_root
 from tidal.platform.outcome import Ended
-from tidal.platform.runhost import start_host
+from tidal.platform.runhost import find_host, start_host
 
 ASK_S = 15.0  # how long the loop waits for the run host's answer about one run
 LAUNCH_S = 300.0  # ... to a launch (the first one probes whether workers see CUDA) or a collection
@@ -120,6 +120,9 @@ class Executor:
     def adopt(self) -> dict[str, tuple[str, float, float | None]]:
         """The runs the host drives that no scheduler has collected (job → run id, launch time,
         when a stop was asked); a restarted scheduler `track`s those its store says run."""
+        if self._host is None and (found := find_host()) is None:
+            return {}  # no host: nothing to adopt, and none is started until the first launch
+        self._host = self._host or found
         runs: dict[str, tuple[str, float, float | None]] = self._ask("runs", default={}, timeout=LAUNCH_S)
         return runs
 

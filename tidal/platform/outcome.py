@@ -13,7 +13,8 @@ from tidal.jobs.runner import RunResult
 # model raising, a non-finite loss (tidal.jobs.worker.NonFiniteLoss) — is the job's own error.
 _INFRA_TYPES = ("ActorDiedError", "RayActorError", "WorkerCrashedError", "NodeDiedError",
                 "ActorUnavailableError", "OwnerDiedError", "ObjectLostError", "RaySystemError",
-                "RunHung", "GetTimeoutError")
+                "RunHung", "GetTimeoutError",
+                "RunBusy")  # the run host still holds the job's previous run: launched again later
 # The storage failing under a checkpoint is the cluster's too: the job resumes from its newest
 # complete checkpoint (measured: a full disk FAILED a job at its third checkpoint, the two before
 # it complete; a job cannot be resumed once FAILED).
@@ -21,10 +22,7 @@ _INFRA_TEXT = ("Connection closed by peer", "Connection reset by peer", "Broken 
                "ProcessGroupNCCL", "ProcessGroupGloo", "The actor died", "worker died",
                "node died", "SYSTEM_ERROR", "Socket Timeout",
                "No space left on device", "Disk quota exceeded", "Read-only file system",
-               "Stale file handle",
-               # the run host still holds the job's previous run (a launch that timed out, a run
-               # being discarded): the launch is tried again at the next tick
-               "already has a run here")
+               "Stale file handle")
 
 
 def infrastructure_failure(error: BaseException) -> bool:

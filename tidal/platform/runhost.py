@@ -35,6 +35,12 @@ from tidal.platform.registry import HEAD_NODE_RESOURCE
 RUN_HOST_NAME = "tidal-runs"  # the actor's name, in namespace NAMESPACE
 
 
+class RunBusy(RuntimeError):
+    """The host still holds the job's previous run (a launch that timed out, a run being
+    discarded): not the job's fault, so the scheduler tries the launch again at its next tick
+    (`outcome.infrastructure_failure` knows it by name)."""
+
+
 class RunHost:
     """The actor's body (`start_host` wraps it). Keys are job ids: a job has at most one run."""
 
@@ -43,17 +49,14 @@ class RunHost:
         self._runs: dict[str, RunHandle] = {}
         self._discarded: set[str] = set()  # runs no scheduler knows: stopped, their end dropped
 
-    def ping(self) -> str:
-        return "ok"
-
     def launch(self, job_id: str, spec: JobSpec, plan: Plan, resources: Resources, checkpoint: str | None,
                run_id: str, max_failures: int) -> float:
         """Start the job's run (`tidal.jobs.runner.launch`, which validates before anything
         starts); returns its launch time. A job whose last run has not been collected yet is a
-        ValueError: two runs of one job would write one run directory."""
+        RunBusy: two runs of one job would write one run directory."""
         with self._lock:
             if job_id in self._runs:
-                raise ValueError(f"{job_id} already has a run here ({self._runs[job_id].run_id})")
+                raise RunBusy(f"{job_id} already has a run here ({self._runs[job_id].run_id})")
             h = launch(spec, plan, resources, checkpoint, run_id=run_id, max_failures=max_failures,
                        job_key=job_id)
             self._runs[job_id] = h
