@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -51,15 +52,29 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 def _runs_end_with_their_test() -> Iterator[None]:
     """A test's training runs end with it. They are driven by the cluster's run host, a detached
     actor that outlives a scheduler (`tidal.platform.runhost`), so killing a test's scheduler no
-    longer ends them: the host is killed after each test on the session's cluster."""
+    longer ends them: the host is killed after each test on the session's cluster, and the next
+    test starts once Ray has removed the placement groups its runs held (up to 30 s: Ray frees
+    them after their owners die, and a test that starts meanwhile sees GPUs taken)."""
     yield
     if "ray" in sys.modules:
         import ray
 
         if ray.is_initialized():
-            from tidal.platform.runhost import stop_host
+            from tidal.platform.runhost import find_host
 
-            stop_host()
+            host = find_host()
+            if host is not None:
+                ray.kill(host, no_restart=True)
+                _wait_for_placement_groups_removed(30.0)
+
+
+def _wait_for_placement_groups_removed(timeout_s: float) -> None:
+    import ray
+
+    deadline = time.time() + timeout_s
+    while time.time() < deadline and any(
+            pg["state"] != "REMOVED" for pg in ray.util.placement_group_table().values()):
+        time.sleep(0.5)
 
 
 @pytest.fixture(scope="module")

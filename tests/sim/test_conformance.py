@@ -95,6 +95,12 @@ def test_live_and_simulated_executors_take_the_same_actions(ray_cluster: Any, tm
     # suite compares the decisions of the shared code on the same inputs
     cfg = SchedulerConfig(tick_s=1.0, state_path=str(tmp_path / "tidal.sqlite"), restart_cost_s=0.0,
                           policy=POLICY, correction=None)
+    training = [n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU", 0) >= 1]
+    deadline = time.time() + 60  # the scenario starts with every GPU free (A takes all 4)
+    while (free := sum(ray._private.state.available_resources_per_node().get(n, {}).get("GPU", 0)
+                       for n in training)) < 4:
+        assert time.time() < deadline, f"only {free} of the cluster's 4 GPUs came free before the scenario"
+        time.sleep(0.5)
     actor = sdk.connect(cfg)
     try:
         specs = {name: tiny_gpt_spec(name=f"conf-{name.lower()}", total_steps=STEPS[name], max_gpus=4,

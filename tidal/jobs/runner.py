@@ -210,8 +210,10 @@ class RunResult:
 _cuda_probe: dict[float, bool] = {}
 
 
-def _workers_have_cuda(gpus: float) -> bool:
-    """Whether a worker granted `gpus` GPUs sees CUDA (cached per process)."""
+def workers_have_cuda(gpus: float) -> bool:
+    """Whether a worker granted `gpus` GPUs sees CUDA (cached per process). The first call
+    runs a probe task, which waits for a free GPU and imports torch in a fresh worker (seconds):
+    a process that launches runs can call it ahead (`RunHost.prepare`)."""
     if gpus not in _cuda_probe:
 
         @ray.remote(num_cpus=0, num_gpus=gpus)
@@ -239,7 +241,7 @@ class RunHandle:
         use_cuda = resources.device == "cuda" or (
             resources.device == "auto"
             and resources.gpus_per_worker > 0
-            and _workers_have_cuda(resources.gpus_per_worker)
+            and workers_have_cuda(resources.gpus_per_worker)
         )
         self.control = RunControl.options(  # type: ignore[attr-defined]
             name=f"tidal-run-{self.run_id}", namespace="tidal"

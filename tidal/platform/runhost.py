@@ -26,7 +26,7 @@ from typing import Any
 
 import ray
 
-from tidal.jobs.runner import Resources, RunHandle, launch
+from tidal.jobs.runner import Resources, RunHandle, launch, workers_have_cuda
 from tidal.jobs.spec import JobSpec, Plan
 from tidal.platform.config import NAMESPACE
 from tidal.platform.outcome import Ended, infrastructure_failure
@@ -47,20 +47,36 @@ class RunHost:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._runs: dict[str, RunHandle] = {}
+        self._launching: set[str] = set()  # jobs whose run is starting (outside the lock)
         self._discarded: set[str] = set()  # runs no scheduler knows: stopped, their end dropped
 
     def launch(self, job_id: str, spec: JobSpec, plan: Plan, resources: Resources, checkpoint: str | None,
                run_id: str, max_failures: int) -> float:
         """Start the job's run (`tidal.jobs.runner.launch`, which validates before anything
-        starts); returns its launch time. A job whose last run has not been collected yet is a
-        RunBusy: two runs of one job would write one run directory."""
+        starts); returns its launch time. A job whose last run has not been collected yet, or
+        is being launched, is a RunBusy: two runs of one job would write one run directory. The
+        lock is not held while the run starts (a first launch probes for CUDA, seconds): the
+        other runs' questions are answered meanwhile."""
         with self._lock:
-            if job_id in self._runs:
-                raise RunBusy(f"{job_id} already has a run here ({self._runs[job_id].run_id})")
+            if job_id in self._runs or job_id in self._launching:
+                held = self._runs[job_id].run_id if job_id in self._runs else "being launched"
+                raise RunBusy(f"{job_id} already has a run here ({held})")
+            self._launching.add(job_id)
+        try:
             h = launch(spec, plan, resources, checkpoint, run_id=run_id, max_failures=max_failures,
                        job_key=job_id)
+        finally:
+            with self._lock:
+                self._launching.discard(job_id)
+        with self._lock:
             self._runs[job_id] = h
-            return h.launched_at
+        return h.launched_at
+
+    def prepare(self, gpus_per_worker: float) -> bool:
+        """Ahead of the first launch: answers once the host is up (its imports done) and has
+        probed whether workers granted `gpus_per_worker` GPUs see CUDA, which every launch needs
+        to know (`runner.workers_have_cuda`, cached here)."""
+        return workers_have_cuda(gpus_per_worker)
 
     def runs(self) -> dict[str, tuple[str, float, float | None]]:
         """Every run not collected yet: job → (run id, launch time, when a stop was asked or

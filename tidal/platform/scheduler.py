@@ -111,6 +111,8 @@ class Scheduler:
                                keep=self.serve_demand.publish)
         self.nodes = NodeRequester(self.cfg.autoscale, self._event)
         self.runs.recover()
+        if any(not r.state.terminal for r in self.store.all()):
+            self.executor.warm()  # jobs to launch: the run host starts now, not under the lock
         threading.Thread(target=self._loop, name="tidal-reconcile", daemon=True).start()
 
     # -- API -----------------------------------------------------------------------------
@@ -154,6 +156,7 @@ class Scheduler:
                 curve = [*(self.curves.read(source) if source else []), *read_metrics(start[0])]
                 self.curves.save(job_id, [m for m in curve if int(m["step"]) <= start[1]])
         self._event(f"{job_id} {note}")
+        self.executor.warm()
         self._wake.set()
         return job_id
 
