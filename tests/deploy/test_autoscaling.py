@@ -13,6 +13,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -38,6 +40,7 @@ def scenario(where: Path) -> dict[str, Any]:
     return r
 
 
+@pytest.mark.integration  # a Ray cluster of its own, with the autoscaler's fake provider
 def test_job_larger_than_the_cluster_launches_nodes_that_go_when_idle(tmp_path: Path) -> None:
     r = scenario(tmp_path / "1")
     if r.get("timed_out"):  # once more, on a fresh cluster; what the first saw stays in the report
