@@ -116,11 +116,11 @@ class Executor:
 
     def warm(self) -> None:
         """Start the run host and its CUDA probe in the background, once, ahead of the first
-        launch: a job is coming (submitted, or queued in a restarted scheduler's store). The
-        launch itself happens under the scheduler's lock, which `submit` and `status` wait on;
-        unwarmed, the first one took 4.7 s on an idle 2-core machine (the host's imports and the
-        probe's fresh worker), warm 0.01-0.14 s. A warm-up that fails changes nothing: the
-        launch starts the host and probes itself."""
+        launch: a job is coming (submitted, or queued in a restarted scheduler's store). Launches
+        happen under the scheduler's lock, which `submit` and `status` wait on, and a cold host
+        makes the first one seconds long (a fresh process's imports, then the probe's fresh
+        worker). A warm-up that fails changes nothing: the launch starts the host and probes
+        itself."""
         if self._warming is not None:
             return
 
