@@ -60,11 +60,9 @@ def _runs_end_with_their_test() -> Iterator[None]:
         import ray
 
         if ray.is_initialized():
-            from tidal.platform.runhost import find_host
+            from tidal.platform.runhost import stop_host
 
-            host = find_host()
-            if host is not None:
-                ray.kill(host, no_restart=True)
+            if stop_host():
                 _wait_for_placement_groups_removed(30.0)
 
 

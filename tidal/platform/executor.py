@@ -117,7 +117,7 @@ class Executor:
     def warm(self) -> None:
         """Start the run host and its CUDA probe in the background, once, ahead of the first
         launch: a job is coming (submitted, or queued in a restarted scheduler's store). Launches
-        happen under the scheduler's lock, which `submit` and `status` wait on, and a cold host
+        happen under the scheduler's lock, which `submit` waits on, and a cold host
         makes the first one seconds long (a fresh process's imports, then the probe's fresh
         worker). A warm-up that fails changes nothing: the launch starts the host and probes
         itself."""

@@ -65,11 +65,11 @@ class RunHost:
         try:
             h = launch(spec, plan, resources, checkpoint, run_id=run_id, max_failures=max_failures,
                        job_key=job_id)
+            with self._lock:
+                self._runs[job_id] = h  # before it stops being "launching": no gap for a second
         finally:
             with self._lock:
                 self._launching.discard(job_id)
-        with self._lock:
-            self._runs[job_id] = h
         return h.launched_at
 
     def prepare(self, gpus_per_worker: float) -> bool:
@@ -172,8 +172,10 @@ def find_host() -> Any | None:
         return None
 
 
-def stop_host() -> None:
-    """Kill the cluster's run host, and with it every run it drives (a test's end)."""
+def stop_host() -> bool:
+    """Kill the cluster's run host, and with it every run it drives (a test's end); whether
+    one ran."""
     h = find_host()
     if h is not None:
         ray.kill(h, no_restart=True)
+    return h is not None
