@@ -16,7 +16,16 @@ import torch
 
 from tests.conftest import tiny_gpt_spec
 from tidal.jobs import Plan, SpecError
-from tidal.jobs.autolrs import AutoLRS, Tuner, TunerState, fit_exponential, forecast
+from tidal.jobs.autolrs import (
+    AutoLRS,
+    Tuner,
+    TunerState,
+    fit_exponential,
+    forecast,
+    read_range_test,
+    sweep_diverged,
+    sweep_lrs,
+)
 from tidal.jobs.checkpoint import TrainState, capture_state, restore_state
 from tidal.jobs.data import StepSampler
 from tidal.jobs.engine import build_engine, init_world_of_one, train_step
@@ -52,11 +61,11 @@ def test_bad_settings_are_rejected_by_name() -> None:
     assert tiny_gpt_spec(lr="autolrs").autolrs == AutoLRS()
 
 
-def _drive(tuner: Tuner, curve: Any) -> tuple[list[dict[str, Any]], int]:
-    """Run the tuner's stage logic with a synthetic loss curve(lr, position, t) instead of a model:
-    (the tuner's history, the compute steps spent)."""
+def _drive(tuner: Tuner, curve: Any, *, compute: int = 0,
+           position: int = 0) -> tuple[list[dict[str, Any]], int]:
+    """Run the tuner's stage logic with a synthetic loss curve(lr, position, t) instead of a model,
+    from `position` with `compute` steps spent: (the tuner's history, the compute steps spent)."""
     st = tuner.state
-    position = compute = 0
     while compute < tuner.budget:
         if st.searching:
             while not tuner.search_done():
@@ -68,14 +77,14 @@ def _drive(tuner: Tuner, curve: Any) -> tuple[list[dict[str, Any]], int]:
         take = min(tuner.stage_end - position, tuner.budget - compute)
         position += take
         compute += take
-        if position >= tuner.stage_end:
+        if position >= tuner.stage_end and compute < tuner.budget:  # as the worker: not past the end
             tuner.next_stage(position, compute)
     return st.history, compute
 
 
 def test_tuner_stays_within_budget_prefers_good_lrs_and_is_deterministic() -> None:
     cfg = AutoLRS(lr_min=1e-4, lr_max=1e-1, trials=6, startup_trials=3, first_stage=40, probe_fraction=0.1,
-                  min_probe=4)
+                  min_probe=4, warmup_steps=0, anneal=0, search_down=True)
 
     def curve(lr: float, position: int, i: int) -> float:  # best LR 3e-3, decaying with progress
         return 2.0 + 0.5 * math.log10(lr / 3e-3) ** 2 + 1.0 / (1 + 0.01 * (position + i))
@@ -95,7 +104,7 @@ def test_the_adaptive_search_spends_fewer_probes_and_starts_from_the_last_winner
         return 2.0 + 0.5 * math.log10(lr / 3e-3) ** 2 + 1.0 / (1 + 0.01 * (position + i))
 
     base = dict(lr_min=1e-4, lr_max=1e-1, trials=6, startup_trials=3, first_stage=40, probe_fraction=0.1,
-                min_probe=4)
+                min_probe=4, warmup_steps=0, anneal=0, search_down=True)
     full = Tuner(AutoLRS(**base, min_trials=0, reuse_winner=False), seed=3, budget=1200)
     full_hist, _ = _drive(full, curve)
     adaptive = Tuner(AutoLRS(**base), seed=3, budget=1200)
@@ -122,7 +131,7 @@ def test_the_adaptive_search_spends_fewer_probes_and_starts_from_the_last_winner
 
 
 def test_a_resumed_tuner_asks_what_the_original_would() -> None:
-    cfg = AutoLRS(trials=5, startup_trials=2, first_stage=20)
+    cfg = AutoLRS(lr_min=1e-4, lr_max=3e-2, trials=5, startup_trials=2, first_stage=20)
     a = Tuner(cfg, seed=1, budget=200)
     for _ in range(3):
         lr = a.ask()
@@ -192,7 +201,8 @@ def _run(spec: Any, plan: Plan, start: TrainState | None, stop_at: int | None) -
 @pytest.mark.parametrize("stop_at", [7, 14])  # in the middle of a probe; in the stage's training
 def test_a_stop_in_the_middle_of_a_stage_resumes_it_under_another_plan(world_of_one: None,
                                                                         stop_at: int) -> None:
-    tuner = AutoLRS(trials=3, startup_trials=2, first_stage=12, min_probe=3)
+    tuner = AutoLRS(lr_min=1e-4, lr_max=3e-2, trials=3, startup_trials=2, first_stage=12, min_probe=3,
+                    warmup_steps=0, anneal=0)
     spec = tiny_gpt_spec(lr=tuner, total_steps=50, checkpoint_every=1000)
     a = Plan(dp=1, zero_stage=1, micro_batch=8)
     whole = _run(spec, a, None, None)
@@ -219,17 +229,17 @@ def test_a_stop_in_the_middle_of_a_stage_resumes_it_under_another_plan(world_of_
 
 
 def test_warmup_comes_before_the_first_stage_and_counts_against_the_budget() -> None:
-    cfg = AutoLRS(first_stage=20, warmup_steps=10, warmup_lr=2e-3)
+    cfg = AutoLRS(lr_min=1e-4, lr_max=3e-2, first_stage=20, warmup_steps=10, warmup_lr=2e-3, anneal=0)
     t = Tuner(cfg, seed=0, budget=100)
     assert t.state.stage_start == 10 and t.state.searching
-    assert cfg.warmup(0) == pytest.approx(2e-4) and cfg.warmup(9) == pytest.approx(2e-3)
+    assert t.warmup_lr(0) == pytest.approx(2e-4) and t.warmup_lr(9) == pytest.approx(2e-3)
     tight = Tuner(cfg, seed=0, budget=20)  # 10 steps left after warm-up: no room for a search
     assert not tight.state.searching and tight.state.tau == 10
 
 
 def test_a_stage_the_budget_cuts_short_probes_for_the_stage_it_runs() -> None:
-    cfg = AutoLRS(first_stage=100, growth=4.0, max_stage=400, trials=2, startup_trials=2,
-                  probe_fraction=0.05, min_probe=5)
+    cfg = AutoLRS(lr_min=1e-4, lr_max=3e-2, first_stage=100, growth=4.0, max_stage=400, trials=2,
+                  startup_trials=2, probe_fraction=0.05, min_probe=5, warmup_steps=0, anneal=0)
 
     def second_stage(budget: int) -> TunerState:
         t = Tuner(cfg, seed=0, budget=budget)
@@ -250,7 +260,8 @@ def test_the_incumbent_is_read_off_the_steps_that_trained_with_it(world_of_one: 
     """After the first stage the last winner is not probed: its trial is the last τ′ trained
     steps' losses, forecast at τ′ + τ; only challengers cost probe steps, and a stage that a
     challenger wins loses none."""
-    tuner = AutoLRS(trials=2, startup_trials=2, first_stage=12, min_probe=3, probe_fraction=0.2)
+    tuner = AutoLRS(lr_min=1e-4, lr_max=3e-2, trials=2, startup_trials=2, first_stage=12, min_probe=3,
+                    probe_fraction=0.2, warmup_steps=0, anneal=0)
     spec = tiny_gpt_spec(lr=tuner, total_steps=90, checkpoint_every=1000)
     run = _run(spec, Plan(dp=1, zero_stage=1, micro_batch=8), None, None)
     assert run.saved is not None
@@ -278,3 +289,115 @@ def test_the_incumbent_is_read_off_the_steps_that_trained_with_it(world_of_one: 
     off_history = off.saved.extra["autolrs"]["history"]
     assert off.rows[-1]["probe_steps"] == sum(h["probe_len"] for h in off_history)
     assert not any(any(h["observed"]) for h in off_history)
+
+
+def _sweep_loss(lr: float) -> float:
+    """A range test's loss at `lr`: falling with the LR up to 5e-3, rising past it."""
+    x = math.log10(lr / 5e-3)
+    return 2.0 - 0.3 * x if x <= 0 else 2.0 + 1.5 * x
+
+
+def test_the_range_test_reads_the_lowest_smoothed_loss_and_stops_at_divergence() -> None:
+    rng = np.random.default_rng(0)
+    lrs = sweep_lrs(1e-5, 1e-1, 60)
+    assert lrs[0] == pytest.approx(1e-5) and lrs[-1] == pytest.approx(1e-1)
+    # a sweep's loss: falling with the LR up to 5e-3, rising past it, one noisy batch at 1e-4
+    noisy = [_sweep_loss(lr) + rng.normal(0, 0.02) for lr in lrs]
+    noisy[20] -= 1.0  # a single lucky batch far below the curve does not decide it
+    # the knee: where the fall of 0.3 per decade from 1e-5 has 10% of its 0.81 left, 0.27 decades
+    # below the lowest point (a plain argmin would be 5e-3)
+    best = read_range_test(lrs, noisy)
+    knee = 5e-3 * 10 ** (-0.1 * 0.3 * math.log10(5e-3 / 1e-5) / 0.3)
+    assert knee / 1.5 <= best <= knee * 1.5 and best < 5e-3 / 1.5
+    # cut at the first loss back above the first one: read over the steps before it
+    k = next(i for i, x in enumerate(noisy) if i > 30 and x > noisy[0])
+    assert not any(sweep_diverged(noisy[:j]) for j in range(k + 1)) and sweep_diverged(noisy[: k + 1])
+    assert read_range_test(lrs[: k + 1], noisy[: k + 1]) == pytest.approx(best, rel=0.6)
+    assert sweep_diverged([3.0, float("nan")])
+    assert not sweep_diverged([3.0, 3.05, 2.8, 3.1])  # noise before the sweep has trained
+
+
+def test_with_no_hints_the_budget_is_range_test_warmup_stages_anneal() -> None:
+    """`lr="autolrs"`: every length from the budget; the range test sets the warm-up's peak and
+    the candidates' range; the stages end where the anneal's last fifth of the budget begins,
+    and the anneal takes the winner to zero by the budget's last step."""
+    t = Tuner(AutoLRS(), seed=0, budget=1000)
+    assert (t.range_steps, t.warmup_steps, t.first_stage, t.anneal_steps) == (40, 50, 100, 200)
+    assert t.state.ranging and not t.state.searching
+    losses: list[float] = []
+    for lr in t.sweep():  # as the worker runs it: up to the first loss above the first
+        losses.append(_sweep_loss(lr))
+        if sweep_diverged(losses):
+            break
+    assert len(losses) < 40
+    t.tell_range(losses)
+    assert t.state.peak is not None and t.state.lr_range is not None
+    assert t.state.lr_range == pytest.approx([t.state.peak / 10, t.state.peak * 3])
+    assert t.state.peak == pytest.approx(math.sqrt(2) * read_range_test(t.sweep()[: len(losses)], losses))
+    assert t.warmup_lr(49) == pytest.approx(t.state.peak) and t.incumbent() == t.state.peak
+    assert t.state.searching and t.state.stage_start == 50
+
+    best = t.state.peak * 2
+
+    def curve(lr: float, position: int, i: int) -> float:
+        return 2.0 + 0.5 * math.log10(lr / best) ** 2 + 1.0 / (1 + 0.01 * (position + i))
+
+    # the compute spent so far: the range test and the warm-up
+    hist, compute = _drive(t, curve, compute=40 + 50, position=50)
+    assert compute == 1000 and t.state.annealing
+    anneal_start = t.state.stage_start
+    assert t.state.tau == 200 and all(h["start"] + h["tau"] <= anneal_start for h in hist)
+    w = t.lr
+    lrs_anneal = [t.lr_at(anneal_start + k) for k in range(200)]
+    assert lrs_anneal[0] == pytest.approx(w * (1 - math.sqrt(1 / 201)))
+    assert all(a > b > 0 for a, b in pairwise(lrs_anneal)) and lrs_anneal[-1] < 0.04 * w
+    for h in hist:  # every candidate inside the measured range, none below the incumbent
+        assert all(t.state.lr_range[0] * (1 - 1e-9) <= lr <= t.state.lr_range[1] * (1 + 1e-9)
+                   for lr, _ in h["trials"])
+        assert all(lr >= h["trials"][0][0] * (1 - 1e-9) for lr, _ in h["trials"])
+    assert hist[-1]["lr"] > t.state.peak  # the curve's best LR is above the peak: it climbed
+
+
+@pytest.mark.parametrize("stop_at", [17, 33, 50])  # in the warm-up, a stage, the anneal
+def test_lr_autolrs_resumes_each_phase_under_another_plan(world_of_one: None, stop_at: int) -> None:
+    """With no hints, on a 60-step budget: a 15-step range test, a 3-step warm-up, a stage that
+    searches, a stage that trains on, a 12-step anneal. Stopped in the warm-up, a stage's
+    training or the anneal and resumed under another plan, the run makes the same decisions,
+    trains every data step to the same loss, and spends exactly the budget. (A stop in the
+    middle of a probe or the range test redoes it: test_a_stop_in_the_middle_of_a_stage...,
+    test_a_range_test_the_budget_cuts_runs_again_on_resume.)"""
+    spec = tiny_gpt_spec(lr="autolrs", total_steps=60, checkpoint_every=1000)
+    a = Plan(dp=1, zero_stage=1, micro_batch=8)
+    whole = _run(spec, a, None, None)
+    assert whole.saved is not None and whole.saved.extra["compute"] == 60
+    state = whole.saved.extra["autolrs"]
+    assert len(state["sweep"]) <= 15 and state["peak"] is not None and state["annealing"]
+    rows = whole.rows
+    assert rows[-1]["compute_steps"] == 60 and rows[-1]["probe_steps"] >= len(state["sweep"])
+    anneal = [r["lr"] for r in rows[-12:]]
+    assert all(x > y for x, y in pairwise(anneal)) and anneal[-1] < 0.3 * anneal[0]
+    assert rows[0]["lr"] < rows[2]["lr"] == pytest.approx(state["peak"])  # the warm-up's ramp
+
+    first = _run(spec, a, None, stop_at)
+    assert first.saved is not None and first.saved.extra["compute"] == stop_at
+    second = _run(spec, Plan(dp=1, zero_stage=2, micro_batch=4, grad_accum=2), first.saved, None)
+    assert second.saved is not None and second.saved.extra["compute"] == 60
+    resumed = second.saved.extra["autolrs"]["history"]
+    assert [(h["stage"], h["start"], h["tau"], [lr for lr, _ in h["trials"]], h["lr"]) for h in resumed] == [
+        (h["stage"], h["start"], h["tau"], [lr for lr, _ in h["trials"]], h["lr"]) for h in state["history"]]
+    ref = {r["step"]: (r["loss"], r["lr"]) for r in rows}
+    got = {r["step"]: (r["loss"], r["lr"]) for r in first.rows + second.rows}
+    assert sorted(got) == sorted(ref)
+    assert [got[k][1] for k in sorted(ref)] == pytest.approx([ref[k][1] for k in sorted(ref)], rel=1e-9)
+    assert [got[k][0] for k in sorted(ref)] == pytest.approx([ref[k][0] for k in sorted(ref)], rel=1e-3)
+
+
+def test_a_range_test_the_budget_cuts_runs_again_on_resume(world_of_one: None) -> None:
+    spec = tiny_gpt_spec(lr="autolrs", total_steps=60, checkpoint_every=1000)
+    first = _run(spec, Plan(dp=1, zero_stage=1, micro_batch=8), None, 10)
+    assert first.saved is not None and first.saved.extra["compute"] == 10 and first.saved.step == 0
+    assert first.saved.extra["autolrs"]["ranging"] and not first.rows
+    second = _run(spec, Plan(dp=1, zero_stage=0, micro_batch=8), first.saved, None)
+    assert second.saved is not None and second.saved.extra["compute"] == 60
+    state = second.saved.extra["autolrs"]
+    assert not state["ranging"] and len(state["sweep"]) <= 15 and state["annealing"]

@@ -196,8 +196,10 @@ class _Loop:
         tuner = self.tuner = Tuner(cfg, seed=self.spec.seed, budget=self.spec.total_steps,
                                    study_path=study_path if self.rank == 0 else None,
                                    state=TunerState.from_dict(saved) if saved else None)
-        while self.step < cfg.warmup_steps and self.compute < end:  # before the first stage
-            lr = cfg.warmup(self.step)
+        if tuner.state.ranging and not self.range_test(tuner, end):
+            return  # the budget or a stop request ended it, checkpoint saved
+        while self.step < tuner.warmup_steps and self.compute < end:  # before the first stage
+            lr = tuner.warmup_lr(self.step)
             loss, stop, dt = self.execute(self.step, lr)
             if self.trained(loss, lr, dt, end, stop):
                 return
@@ -205,7 +207,7 @@ class _Loop:
             if tuner.state.searching and not self.search(tuner, end):
                 return  # stopped in the middle of the search, checkpoint saved
             while self.step < tuner.stage_end and self.compute < end:
-                lr = tuner.lr
+                lr = tuner.lr_at(self.step)
                 loss, stop, dt = self.execute(self.step, lr)
                 tuner.observe(lr, loss)
                 if self.trained(loss, lr, dt, end, stop):
@@ -214,6 +216,29 @@ class _Loop:
                 tuner.next_stage(self.step, self.compute)  # planned on the budget left
         # the budget ran out right after a search: checkpoint where the winner's probe ended
         self.save_without_row(tuner.lr)
+
+    def range_test(self, tuner: Any, end: int) -> bool:
+        """The LR range test (`tidal.jobs.autolrs`): the swept LRs from the initial state, which
+        is then restored, so its steps are losing probes. Like a probe it is not cut by a stop
+        request (≤ 100 steps), only by reaching `end` compute steps, after which a resume runs it
+        again; False: the run ends after it, checkpointed (with its result if it finished)."""
+        from tidal.jobs.autolrs import sweep_diverged
+
+        start = self.snapshot()
+        losses: list[float] = []
+        lrs = tuner.sweep()
+        for i, lr in enumerate(lrs):
+            loss, _, _ = self.execute(self.step + i, lr)
+            losses.append(loss)
+            if sweep_diverged(losses) or self.compute >= end:
+                break
+        restore_state(self.engine, start)
+        if len(losses) == len(lrs) or sweep_diverged(losses):
+            tuner.tell_range(losses)
+        if self.stop_requested_globally or self.compute >= end:
+            self.save_without_row(tuner.lr)
+            return False
+        return True
 
     def probe(self, position: int, steps: int, lr: float,
               end: int | None) -> list[tuple[float, float, float]]:
