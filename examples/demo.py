@@ -151,6 +151,26 @@ class Record:
         return time.time() - self.t0
 
 
+SAME_STEP_WINDOW = 20
+
+
+def same_step_losses(tuned: list[dict[str, Any]],
+                     hand: list[dict[str, Any]]) -> tuple[int, float, float] | None:
+    """(D, autolrs's, small's mean training loss over data steps D − 19 … D), D the last data
+    step AutoLRS trained (its budget's steps include its probes, so it ends before `small`'s
+    step D). Both jobs train the same GPT from the same seed on the same batches, so one step's
+    losses compare; a window of steps evens out one batch's noise. None: a curve is missing."""
+    a = {int(r["step"]): float(r["loss"]) for r in tuned if r.get("loss") is not None}
+    b = {int(r["step"]): float(r["loss"]) for r in hand if r.get("loss") is not None}
+    if not a:
+        return None
+    end = max(a)
+    steps = [k for k in range(end - SAME_STEP_WINDOW + 1, end + 1) if k in a and k in b]
+    if len(steps) < SAME_STEP_WINDOW // 2:
+        return None
+    return end, sum(a[k] for k in steps) / len(steps), sum(b[k] for k in steps) / len(steps)
+
+
 def progress_line(rec: Record, rows: list[dict[str, Any]], loans: dict[str, Any], serve_running: int,
                   total_steps: dict[str, int]) -> str:
     from tidal.serving.traffic import p99
@@ -307,6 +327,11 @@ def main() -> int:
             print(f"{s.name:<9}{f['state']:<11}{s.submitted:7.0f}s{fmt(s.queued)}{fmt(s.jct)}"
                   f"{f['restarts']:>9}{sum(m.what == 'reclaim' for m in s.markers):>9}  {loss:<14}"
                   f"{len(plans)}: {', '.join(plans)}")
+        if (cmp := same_step_losses(curves.get("autolrs", []), curves.get("small", []))) is not None:
+            step, tuned, hand = cmp
+            print(f"AutoLRS against the hand-set cosine (the same GPT, seed and batches) at data step "
+                  f"{step}, mean training loss over its last {SAME_STEP_WINDOW} steps: autolrs "
+                  f"{tuned:.3f}, small {hand:.3f} ({'no higher' if tuned <= hand else 'higher'})")
         print(f"GPU utilisation: training pool {util['training']:.0%}, inference pool "
               f"{util['inference']:.0%} (Serve's replicas + GPUs lent to training), over "
               f"{rec.samples[-1].t - rec.samples[0].t:.0f} s")
