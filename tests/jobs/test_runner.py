@@ -127,7 +127,9 @@ def test_autolrs_job_resumes_its_stage_on_another_worker_count(ray_cluster: Any)
     from tidal.jobs.engine import init_world_of_one
     from tidal.jobs.storage import storage_root
 
-    tuner = AutoLRS(trials=3, startup_trials=2, first_stage=12, min_probe=3, min_trials=3)  # 3 a stage
+    tuner = AutoLRS(lr_min=1e-4, lr_max=3e-2, trials=3, startup_trials=2, min_trials=3,  # 3 a stage
+                    first_stage=12, min_probe=3, probe_fraction=0.1, warmup_steps=0, anneal=0,
+                    search_down=True)
     spec = tiny_gpt_spec(name="autolrs-ray", lr=tuner, total_steps=60, checkpoint_every=1000)
     init_world_of_one("gloo")
     whole = _run(spec, Plan(dp=1, zero_stage=1, micro_batch=8), None, None)
