@@ -212,8 +212,9 @@ class JobSpec:
               previous one, and it polls every 2 s (`RAY_TRAIN_HEALTH_CHECK_INTERVAL_S`):
               measured here, reports every 5 steps made a 8 ms step cost 0.37 s.
     lr:       a float (constant), an `LRSchedule`, or "autolrs" / `AutoLRS(...)`: the LR is
-              tuned stage by stage inside the job (`tidal.jobs.autolrs`); its probe steps
-              count against `total_steps`, the job's budget of optimizer steps.
+              found by a range test, tuned stage by stage and annealed to zero by the end of
+              the budget inside the job (`tidal.jobs.autolrs`); its range test's and probes'
+              steps count against `total_steps`, the job's budget of optimizer steps.
     resume_from: None (from step 0), or a Tidal checkpoint directory (a `step_*` directory
               under `$TIDAL_STORAGE` that an earlier job wrote) to start from: its weights,
               Adam moments, step (the data position) and in-job tuner state, under this spec's
