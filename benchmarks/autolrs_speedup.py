@@ -176,7 +176,7 @@ def figures(member: Member, runs: dict[str, Rows], grid: list[float], arm: str =
     grid_steps = sum(r[-1]["compute_steps"] for r in cos.values())
     reached = steps_to(auto, target)
     return {
-        "member": member.name, "arm": arm, "target": target, "best": best,
+        "member": member.name, "steps": n, "arm": arm, "target": target, "best": best,
         "best_at_grid_edge": best in (f"cosine {min(grid):.2g}", f"cosine {max(grid):.2g}"),
         "autolrs_final": final(at_budget), "recipe_final": recipe_final,
         "autolrs_final_vs_tuned": target - final(at_budget),
@@ -186,7 +186,6 @@ def figures(member: Member, runs: dict[str, Rows], grid: list[float], arm: str =
         "autolrs_vs_tuned": ratio(steps_to(cos[best], target), reached),
         "probe_steps": next(r["probe_steps"] for r in reversed(at_budget)),
         "free_probe_speedup": ratio(steps_to(cos[best], target), steps_to(auto, target, key="step")),
-        "lrs": sorted({round(r["lr"], 6) for r in auto if r["compute_steps"] <= n}),
     }
 
 
@@ -222,7 +221,7 @@ def describe(f: dict[str, Any]) -> str:
             f"final_vs_tuned {f['autolrs_final_vs_tuned']:+.4f}  "
             f"vs_recipe {f['autolrs_speedup_vs_recipe']:.3f}  "
             f"vs_tuned {f['autolrs_vs_tuned']:.3f}  tuning {f['tuning_compute_ratio']:.2f}  "
-            f"losing probes {f['probe_steps']} ({f['probe_steps'] / int(f['member'].split()[2]):.1%})")
+            f"losing probes {f['probe_steps']} ({f['probe_steps'] / f['steps']:.1%})")
 
 
 def plot_family(rows: list[dict[str, Any]], path: Path) -> None:
