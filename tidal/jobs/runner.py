@@ -254,7 +254,7 @@ class RunHandle:
         self._trainer = make_trainer(train_loop, {"worker": worker}, resources, use_cuda=use_cuda,
                                      name=self.run_id, max_failures=max_failures,
                                      callbacks=[_controller_handle(self.control)],
-                                     keep_checkpoints=spec.keep_checkpoints)
+                                     keep_checkpoints=spec.keep_checkpoints, runtime_env=spec.runtime_env)
         self._result: RunResult | None = None
         self._error: BaseException | None = None
         self._failed_history: list[dict[str, Any]] = []
@@ -402,11 +402,12 @@ def _controller_handle(control: Any) -> Any:
 
 def make_trainer(train_fn: Any, config: dict[str, Any], resources: Resources, *, use_cuda: bool,
                  name: str, max_failures: int = 0, callbacks: list[Any] | None = None,
-                 keep_checkpoints: int | None = None) -> Any:
+                 keep_checkpoints: int | None = None, runtime_env: dict[str, Any] | None = None) -> Any:
     """A Ray Train V2 `TorchTrainer` of `resources.num_workers` workers running `train_fn`:
     gloo on CPU / NCCL on CUDA, workers pinned per rank to `resources.node_ids` if given,
     results under `storage_root()/name`, of which Ray Train keeps the newest `keep_checkpoints`
-    checkpoints (None: all). The runner and the profiler both build theirs here."""
+    checkpoints (None: all); its workers run in the job's `runtime_env` (`JobSpec.runtime_env`,
+    as `tidal.platform.codeship` shipped it). The runner and the profiler both build theirs here."""
     # Train V2's classes (what `ray.train` re-exports when V2 is on, the 2.60 default).
     from ray.train.torch import TorchConfig, TorchTrainer
     from ray.train.v2.api.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
@@ -433,6 +434,7 @@ def make_trainer(train_fn: Any, config: dict[str, Any], resources: Resources, *,
             failure_config=FailureConfig(max_failures=max_failures),
             checkpoint_config=CheckpointConfig(num_to_keep=keep_checkpoints),
             callbacks=callbacks,
+            worker_runtime_env=runtime_env or {},
         ),
     )
 

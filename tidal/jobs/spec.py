@@ -221,6 +221,13 @@ class JobSpec:
               plan space, LR and `total_steps`. `tidal resume JOB` submits an ended job again
               from its newest complete checkpoint this way. The scheduler checks it when the
               job is submitted (`tidal.jobs.storage.resume_point`).
+    runtime_env: None, or a Ray `runtime_env` dict (`working_dir`, `py_modules`, `pip`,
+              `env_vars`, ...) every process that runs the job's code gets: the dry run, the
+              admission's sizing and profiles, every Train worker. A local `working_dir` or
+              `py_modules` directory is zipped when the job is submitted and kept in the runs'
+              storage (`tidal.platform.codeship`), so a node that has never seen the code, a
+              job that queues for hours and a restarted Ray all find it. `tidal submit FILE.py`
+              sets `working_dir` to FILE's directory unless the spec names one.
     """
 
     name: str
@@ -246,6 +253,7 @@ class JobSpec:
     report_every: int | None = None
     eval_dataset: Callable[[], Any] | None = None
     resume_from: str | None = None
+    runtime_env: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
@@ -261,6 +269,10 @@ class JobSpec:
                 raise SpecError(f"JobSpec.{name}", f"must be callable, got {type(value).__name__}")
         if self.eval_dataset is not None and not callable(self.eval_dataset):
             raise SpecError("JobSpec.eval_dataset", "must be callable or None")
+        if self.runtime_env is not None and not (
+                isinstance(self.runtime_env, dict) and all(isinstance(k, str) for k in self.runtime_env)):
+            raise SpecError("JobSpec.runtime_env", "must be a Ray runtime_env dict (working_dir, pip, ...) "
+                                                   f"or None, got {self.runtime_env!r}")
         if isinstance(self.resume_from, os.PathLike):
             object.__setattr__(self, "resume_from", os.fspath(self.resume_from))
         if self.resume_from is not None and not (isinstance(self.resume_from, str) and self.resume_from):

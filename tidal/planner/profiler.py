@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from tidal.jobs.data import StepSampler, cache_dir
+from tidal.jobs.sealed import opened
 from tidal.jobs.spec import JobSpec, Plan
 
 PROFILE_FORMAT = 6  # bump when what a record means changes: old cache entries are not reused
@@ -218,6 +219,8 @@ def profile_plan(spec: JobSpec, plan: Plan, *, gpus_per_worker: float = 1.0, ste
         raise ValueError(f"profile of {plan.short()}: {len(pin)} node ids for {plan.dp} workers")
     if plan.dp == 1:
         opts: dict[str, Any] = {"num_cpus": PROFILE_CPUS_PER_WORKER, "num_gpus": gpus_per_worker}
+        if spec.runtime_env:  # the job's code and packages (else: its caller's env, inherited)
+            opts["runtime_env"] = spec.runtime_env
         if pin is not None:
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -233,7 +236,7 @@ def profile_plan(spec: JobSpec, plan: Plan, *, gpus_per_worker: float = 1.0, ste
         {"spec": spec, "plan": plan, "steps": steps, "warmup": warmup, "use_cuda": use_cuda},
         Resources(num_workers=plan.dp, gpus_per_worker=gpus_per_worker,
                   cpus_per_worker=PROFILE_CPUS_PER_WORKER, node_ids=pin),
-        use_cuda=use_cuda, name=name,
+        use_cuda=use_cuda, name=name, runtime_env=spec.runtime_env,
     )
     try:
         result = trainer.fit()
@@ -295,7 +298,8 @@ def workload_key(spec: JobSpec, model: Any) -> list[Any]:
         sample = _signature(spec.dataset()[0])
     except Exception as e:  # its profiles fail and say why (a failed profile is not cached)
         sample = f"unreadable: {type(e).__name__}"
-    fn = getattr(spec.loss, "func", spec.loss)  # a functools.partial: the function it calls
+    loss_fn = opened(spec.loss)  # a sealed loss (`tidal.jobs.sealed`): the function it holds
+    fn = getattr(loss_fn, "func", loss_fn)  # a functools.partial: the function it calls
     loss = f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', type(fn).__qualname__)}"
     return [f"{kind.__module__}.{kind.__qualname__}", model_config(model),
             [tuple(p.shape) for p in model.parameters()], sample, loss,

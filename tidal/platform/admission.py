@@ -30,10 +30,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import ray
+from ray.exceptions import RuntimeEnvSetupError
 
 from tidal.core.policy import Option
 from tidal.jobs.spec import JobSpec, Plan, SpecError
 from tidal.planner.jobplan import Cluster, ProfileConfig, plan_job, to_measure
+from tidal.platform.codeship import env_setup_line
 from tidal.platform.reservations import Reservation
 
 
@@ -148,7 +150,8 @@ _planning = ray.remote(num_cpus=0, max_retries=2, retry_exceptions=False)(_plan)
 
 
 def start_sizing(spec: JobSpec, cluster: Cluster, cfg: ProfileConfig, attempts: int = 1) -> Admission:
-    ref = _sizing.options(name=f"tidal-size-{spec.name}").remote(spec, cluster, cfg)
+    ref = _sizing.options(name=f"tidal-size-{spec.name}", runtime_env=spec.runtime_env).remote(
+        spec, cluster, cfg)
     return Admission(stage=Stage.SIZING, ref=ref, attempts=attempts, started=time.time())
 
 
@@ -158,7 +161,8 @@ def start_planning(spec: JobSpec, cluster: Cluster, cfg: ProfileConfig, keys: fr
     `owner`: the scheduler's incarnation (`Scheduler.incarnation`); the task ends itself when
     that scheduler is gone (`_watch_owner`)."""
     pin = reservation.workers if reservation else None
-    ref = _planning.options(name=f"tidal-plan-{spec.name}").remote(spec, cluster, cfg, pin, owner)  # type: ignore[call-arg]
+    ref = _planning.options(name=f"tidal-plan-{spec.name}", runtime_env=spec.runtime_env).remote(  # type: ignore[call-arg]
+        spec, cluster, cfg, pin, owner)
     return Admission(stage=Stage.PROFILING, ref=ref, reservation=reservation, attempts=attempts, keys=keys,
                      started=time.time())
 
@@ -181,8 +185,12 @@ class AdmissionHung(TimeoutError):
 
 
 def user_error(e: BaseException) -> str | None:
-    """The one-line reason of an admission task's error if it is the job's (a SpecError: it fits
-    no plan, its profiles all failed), else None (a fault of the cluster: try again)."""
+    """The one-line reason of an admission task's error if it is the job's, else None (a fault of
+    the cluster: try again). The job's: a SpecError (it fits no plan, its profiles all failed, its
+    code cannot be loaded where it runs), or a runtime_env Ray cannot build (a pip requirement
+    that does not resolve: trying again builds it again)."""
+    if isinstance(e, RuntimeEnvSetupError):
+        return f"JobSpec.runtime_env: Ray could not set it up: {env_setup_line(e)}"
     cause = getattr(e, "cause", None) or e
     return str(cause).splitlines()[0][:500] if isinstance(cause, SpecError) else None
 

@@ -38,14 +38,20 @@ from tidal.jobs.spec import JobSpec
 from tidal.platform.argtypes import amount, count
 
 
-def load_spec(path: Path) -> JobSpec:
+def load_spec(path: Path, *, working_dir: bool = True) -> JobSpec:
     """The JobSpec a job file defines (`spec`, or `make_spec()` returning one), or one line
-    saying what is wrong with the file."""
+    saying what is wrong with the file. The file runs as `python FILE.py` would run it, its
+    directory first on `sys.path` (a model in a module beside it imports); with `working_dir`,
+    that directory becomes the spec's `runtime_env["working_dir"]` unless the spec names one,
+    so the job's workers import what the file imported, on every node."""
     if not path.exists():
         raise SystemExit(f"tidal: {path}: no such file")
     if path.suffix != ".py" or b"\0" in path.read_bytes()[:8192]:
         raise SystemExit(f"tidal: {path} is not a Python file: a job file is a .py defining a JobSpec "
                          "`spec` or a `make_spec()` returning one")
+    home = str(path.resolve().parent)
+    if home not in sys.path:
+        sys.path.insert(0, home)
     try:  # the file's own errors (a bad JobSpec field included) are one line, not a traceback
         scope = runpy.run_path(str(path), run_name="tidal_job")
         spec = scope.get("spec")
@@ -58,16 +64,20 @@ def load_spec(path: Path) -> JobSpec:
         raise SystemExit(f"tidal: {path}: {type(e).__name__}: {first}") from None
     if not isinstance(spec, JobSpec):
         raise SystemExit(f"tidal: {path} defines neither a JobSpec `spec` nor a `make_spec()` returning one")
+    if working_dir and "working_dir" not in (spec.runtime_env or {}):
+        spec = dataclasses.replace(spec, runtime_env={**(spec.runtime_env or {}), "working_dir": home})
     return spec
 
 
-def _join(*, embedded_gpus: int | None = None, cpus: float = 0.0, log_to_driver: bool = True) -> None:
+def _join(*, embedded_gpus: int | None = None, cpus: float = 0.0, log_to_driver: bool = True,
+          runtime_env: dict[str, Any] | None = None) -> None:
     """Join the cluster this machine runs (`ray start`) or RAY_ADDRESS's. With neither, `plan`
     (`embedded_gpus` given) starts an embedded local cluster with that many GPUs (logical on a
     CPU machine) and at least `cpus` logical CPUs: Ray's CPUs are a scheduling count, and a
     4-worker profile on a 2-core machine would otherwise wait forever for its placement group.
     `submit`, `status` and `cancel` never start one: a throwaway local cluster would take the
-    scheduler actor, and a submitted job, with it when the command exits."""
+    scheduler actor, and a submitted job, with it when the command exits. `runtime_env` is this
+    driver's job-level env (`plan`'s profiles run the job's code in it)."""
     import ray
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -79,7 +89,7 @@ def _join(*, embedded_gpus: int | None = None, cpus: float = 0.0, log_to_driver:
     else:
         _one_cluster_meant()
     try:
-        ray.init(address=address or "auto", log_to_driver=log_to_driver)
+        ray.init(address=address or "auto", log_to_driver=log_to_driver, runtime_env=runtime_env)
     except ValueError as e:  # an address Ray cannot parse
         raise SystemExit(f"tidal: RAY_ADDRESS={address}: {(str(e).splitlines() or [''])[0]}") from None
     except ConnectionError:
@@ -89,7 +99,7 @@ def _join(*, embedded_gpus: int | None = None, cpus: float = 0.0, log_to_driver:
             raise SystemExit("tidal: no Ray cluster to join: start one (`ray start --head --num-gpus=N`, "
                              "`ray up cluster.yaml`) or set RAY_ADDRESS") from None
         ray.init(num_cpus=max(2, os.cpu_count() or 2, math.ceil(cpus)), num_gpus=embedded_gpus,
-                 log_to_driver=log_to_driver)
+                 log_to_driver=log_to_driver, runtime_env=runtime_env)
 
 
 def _one_cluster_meant() -> None:
@@ -143,7 +153,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if out is not None and (out.is_dir() or not out.parent.is_dir()):  # before minutes of profiling
         raise SystemExit(f"tidal: --write-config {out}: " + ("is a directory" if out.is_dir()
                                                              else f"no directory {out.parent}"))
-    spec = load_spec(args.file)
+    spec = load_spec(args.file, working_dir=False)
     if not spec.min_gpus <= args.gpus <= spec.max_gpus:
         raise SystemExit(f"tidal: --gpus {args.gpus} is outside the job's [{spec.min_gpus}, {spec.max_gpus}]")
     if spec.global_batch % args.gpus:  # before any profiling: no plan can run there
@@ -154,14 +164,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from tidal.jobs.dryrun import dry_run
 
     with _one_line_errors():  # a model or loss that raises: one line here, not a profile's traceback
-        dry_run(spec)
+        _check_here(spec, dry_run)
+    # the job's code reaches the profiles' workers as this driver's job-level env: the file's
+    # directory and the spec's own runtime_env (uploaded by ray.init, for this command's life)
+    job_env = {"working_dir": str(args.file.resolve().parent), **(spec.runtime_env or {})}
+    spec = dataclasses.replace(spec, runtime_env=None)
     shape = packed(args.gpus, args.gpus_per_node, gpu_mem_bytes=args.gpu_mem_gib * 2**30,
                    host_mem_per_node=args.host_mem_gib * 2**30)
     # the scheduler's planner entry, on the cluster this command describes, profiling on N GPUs
     cluster = Cluster(node_gpus=shape.gpus_per_node, gpu_mem_gib=args.gpu_mem_gib)
     cfg = ProfileConfig(samples=args.samples, steps=args.steps, use_cuda=args.cuda, max_profile_gpus=None)
     plans = profile_plans(spec, cluster, cfg)
-    _join(embedded_gpus=args.gpus, cpus=profile_needs(plans)["CPU"], log_to_driver=False)
+    _join(embedded_gpus=args.gpus, cpus=profile_needs(plans)["CPU"], log_to_driver=False, runtime_env=job_env)
     why = unschedulable(plans, ray.cluster_resources())
     if why:  # only on a joined cluster (an autoscaling one may still grow to fit it)
         print(f"tidal: warning: {why}; the profile waits until the cluster has them", file=sys.stderr)
@@ -197,12 +211,23 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
     spec = load_spec(args.file)
     with _one_line_errors():  # the spec's own errors first, before any cluster is joined
-        dry_run(spec)
+        _check_here(spec, dry_run)
     _join(log_to_driver=False)  # --wait follows the job with a progress line, not worker logs
     with _one_line_errors():
         handle = sdk.submit(spec, checked=True)
     print(f"submitted {handle.job_id}", flush=True)
     return _wait(handle) if args.wait else 0
+
+
+def _check_here(spec: JobSpec, dry_run: Any) -> None:
+    """What can be checked before joining a cluster: the runtime_env's shape, and the dry run
+    unless the job declares packages this machine may lack (the SDK dry-runs those on the
+    cluster, in the job's env)."""
+    from tidal.platform.codeship import check_runtime_env, declares_packages
+
+    check_runtime_env(spec.runtime_env)
+    if not declares_packages(spec):
+        dry_run(spec)
 
 
 def _wait(handle: Any) -> int:
@@ -435,7 +460,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     spec = load_spec(args.file) if args.file is not None else None
     if spec is not None:
         with _one_line_errors():  # the spec's own errors first, before any cluster is joined
-            dry_run(spec)
+            _check_here(spec, dry_run)
     _join(log_to_driver=False)
     with _one_line_errors():
         handle = sdk.resume(args.job, spec, checked=True)

@@ -61,6 +61,7 @@ from tidal.jobs.storage import check_storage, resume_point
 from tidal.planner.jobplan import Cluster, check_fits
 from tidal.platform import snapshots
 from tidal.platform.admitter import Admitter
+from tidal.platform.codeship import keep_package
 from tidal.platform.config import SchedulerConfig
 from tidal.platform.curves import Curves
 from tidal.platform.errors import error_note, error_text
@@ -159,6 +160,11 @@ class Scheduler:
         self.executor.warm()
         self._wake.set()
         return job_id
+
+    def keep_package(self, name: str, data: bytes) -> str:
+        """Keep a job's zipped code (`codeship.ship` sends it) in the runs' storage; its
+        `file://` URI, which the job's runtime_env then names."""
+        return keep_package(check_storage(), name, data)
 
     def resume(self, job_id: str, spec: JobSpec | None = None) -> str:
         """Submit ended job `job_id` again, as a new job, from its newest complete checkpoint

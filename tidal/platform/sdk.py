@@ -6,8 +6,10 @@ Only `submit` and `tidal start` start one where none runs, on the head node and 
 file the cluster recorded (`tidal.platform.registry`); reading, cancelling and resuming never
 do: with no scheduler they raise `NoSchedulerError`, one line that says how to start it. The
 spec is validated when it is built and dry-run by `submit` (model, one sample, loss, on this
-machine's CPU); the scheduler stores it PROFILING and returns its id at once, then profiles and
-plans it off the actor: it becomes QUEUED, or REJECTED with the reason.
+machine's CPU, or on the cluster in the job's runtime_env when that declares packages), and its
+code shipped (`tidal.platform.codeship`); the scheduler stores it PROFILING and returns its id
+at once, then profiles and plans it off the actor: it becomes QUEUED, or REJECTED with the
+reason.
 """
 
 from __future__ import annotations
@@ -181,27 +183,48 @@ def submit(spec: JobSpec, *, config: SchedulerConfig | None = None,
     """Submit a job; `options` (a resource matrix, e.g. from `tidal plan`) skips profiling. The
     job's dry run (`tidal.jobs.dryrun`: model, one sample, loss) runs here first, unless the
     caller ran it (`checked`): a broken job is a SpecError naming the field in seconds, before
-    anything reaches the cluster."""
-    from tidal.jobs.dryrun import dry_run
-
-    if not checked:
-        dry_run(spec)
-    scheduler = connect(config)
-    job_id: str = answer(scheduler.submit.remote(spec, options))
+    anything reaches the cluster. A spec whose runtime_env declares packages (pip, conda, ...)
+    is dry-run on the cluster instead, in that env (`codeship.dry_run_remote`). Its code then
+    reaches the scheduler shipped (`codeship.ship`: directories kept in the runs' storage, the
+    factories sealed)."""
+    scheduler = _shipping_to(spec, checked, lambda: connect(config))
+    shipped = _ship(spec, scheduler)
+    job_id: str = answer(scheduler.submit.remote(shipped, options))
     return JobHandle(job_id, scheduler)
 
 
 def resume(job_id: str, spec: JobSpec | None = None, *, checked: bool = False) -> JobHandle:
     """Submit ended job `job_id` again from its newest complete checkpoint, as a new job, with
-    its own spec or `spec` (dry-run here first, like `submit`'s, unless the caller ran it:
-    `checked`): `Scheduler.resume`."""
-    from tidal.jobs.dryrun import dry_run
-
-    if spec is not None and not checked:
-        dry_run(spec)
-    scheduler = connect(start=False)
+    its own spec or `spec` (dry-run and shipped like `submit`'s; `checked`: the caller ran the
+    dry run): `Scheduler.resume`."""
+    if spec is None:
+        scheduler = connect(start=False)
+    else:
+        scheduler = _shipping_to(spec, checked, lambda: connect(start=False))
+        spec = _ship(spec, scheduler)
     new_id: str = answer(scheduler.resume.remote(job_id, spec))
     return JobHandle(new_id, scheduler)
+
+
+def _shipping_to(spec: JobSpec, checked: bool, scheduler: Callable[[], Any]) -> Any:
+    """The scheduler a spec goes to, after its dry run here (unless `checked`, or it declares
+    packages this machine may lack) and its runtime_env's check, both before the cluster."""
+    from tidal.jobs.dryrun import dry_run
+    from tidal.platform.codeship import check_runtime_env, declares_packages
+
+    check_runtime_env(spec.runtime_env)
+    if not checked and not declares_packages(spec):
+        dry_run(spec)
+    return scheduler()
+
+
+def _ship(spec: JobSpec, scheduler: Any) -> JobSpec:
+    from tidal.platform.codeship import declares_packages, dry_run_remote, ship
+
+    shipped = ship(spec, lambda name, data: answer(scheduler.keep_package.remote(name, data)))
+    if declares_packages(shipped):
+        dry_run_remote(shipped)
+    return shipped
 
 
 def list_jobs() -> list[dict[str, Any]]:
