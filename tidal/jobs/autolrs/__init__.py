@@ -14,9 +14,9 @@ probes included, is paid from it) is spent in four phases:
    moving average, falls as the LR grows, then flattens or rises. The knee lr_k is the first LR
    at which the smoothed loss is within 10% of its whole fall of its lowest point, where more LR
    stops buying a lower loss (the lowest point itself wanders along a flat floor). The peak LR
-   is √2·lr_k and the candidates' range [peak/10, 3·peak]. The peak LR is
-   (the factor and the 10% were chosen on benchmarks/autolrs_speedup.py's family against the
-   grid's best cosine, by the worst member: docs/log/autolrs.md).
+   is lr_k itself (`peak_factor`) and the candidates' range [peak/10, 3·peak] (the 10% and the
+   factor were chosen on benchmarks/autolrs_speedup.py's family against the grid's best
+   cosine, by the worst member: docs/log/autolrs.md).
 2. **Warm-up**: a linear ramp to the peak over 5% of B (Adam at a large LR from random weights
    does lasting damage a few probe steps cannot see).
 3. **Stages**. The time up to the anneal is cut into stages of τ optimizer steps. At the start
@@ -34,15 +34,18 @@ probes included, is paid from it) is spent in four phases:
    probe (identical to restoring the start and re-running it, since the steps are
    deterministic) and trains the rest of the stage with it. τ grows geometrically (τ_{n+1} =
    growth·τ_n, from B/10 up to B): the LR needs re-tuning often early on, rarely later.
-4. **Anneal**: the last `anneal`·B steps decay the last winner w to zero,
+4. **Anneal**: the last `anneal`·B steps (half, by default) decay the last winner w to zero
+   along a half cosine,
 
-       lr(k) = w · (1 − √((k + 1) / (n + 1))),   k = 0 … n − 1,  n = the anneal's steps
+       lr(k) = w · ½(1 + cos(π·(k + 1)/(n + 1))),   k = 0 … n − 1,  n = the anneal's steps
 
-   (the "1 − sqrt" cool-down of Hägele et al., "Scaling Laws and Compute-Optimal Training
-   Beyond Fixed Training Durations", 2024, which with a fifth of the run matches a cosine to
-   zero). A greedy stage search never lowers the LR far enough at the end of a fixed budget on
-   its own: a stage's forecast rewards the fastest fall over that stage, not the lowest loss
-   at B.
+   or along Hägele et al.'s "1 − sqrt" cool-down, w·(1 − √((k + 1)/(n + 1))), with
+   `anneal_shape="sqrt"` ("Scaling Laws and Compute-Optimal Training Beyond Fixed Training
+   Durations", 2024: over a fifth of the run it matches a cosine's final loss). A greedy stage
+   search never lowers the LR far enough at the end of a fixed budget on its own: a stage's
+   forecast rewards the fastest fall over that stage, not the lowest loss at B. Half the
+   budget on a cosine, rather than a fifth on 1 − √, ends about as low and is lower all along
+   the way (docs/log/autolrs.md).
 
 **Cost.** Every probe step is real training compute. The range test's steps and the steps of
 the losing probes are overhead (with the shortest search one challenger a stage; none where

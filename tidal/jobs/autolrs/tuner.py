@@ -82,12 +82,15 @@ class Tuner:
 
     def lr_at(self, position: int) -> float:
         """The LR of the trained step at data position `position` outside a search: the stage's
-        winner, or in the anneal w·(1 − √((k + 1)/(n + 1))) for its k-th of n steps."""
+        winner, or in the anneal, at its k-th of n steps with x = (k + 1)/(n + 1), w·(1 − √x)
+        or w·½(1 + cos πx) (`AutoLRS.anneal_shape`)."""
         s = self.state
         if not s.annealing:
             return self.lr
-        k = position - s.stage_start
-        return self.lr * (1.0 - math.sqrt((k + 1) / (s.tau + 1)))
+        x = (position - s.stage_start + 1) / (s.tau + 1)
+        if self.cfg.anneal_shape == "cosine":
+            return self.lr * 0.5 * (1.0 + math.cos(math.pi * x))
+        return self.lr * (1.0 - math.sqrt(x))
 
     @property
     def stage_end(self) -> int:
