@@ -161,10 +161,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
                          f"{spec.global_batch}: data-parallel workers split it evenly")
     if not plans_for(spec, args.gpus):
         raise SystemExit(f"tidal: the job's plan space allows no plan on {args.gpus} GPUs ({spec.plans})")
-    from tidal.jobs.dryrun import dry_run
+    from tidal.platform.codeship import check_here
 
     with _one_line_errors():  # a model or loss that raises: one line here, not a profile's traceback
-        _check_here(spec, dry_run)
+        check_here(spec)
     # the job's code reaches the profiles' workers as this driver's job-level env: the file's
     # directory and the spec's own runtime_env (uploaded by ray.init, for this command's life)
     job_env = {"working_dir": str(args.file.resolve().parent), **(spec.runtime_env or {})}
@@ -206,28 +206,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    from tidal.jobs.dryrun import dry_run
     from tidal.platform import sdk
+    from tidal.platform.codeship import check_here
 
     spec = load_spec(args.file)
     with _one_line_errors():  # the spec's own errors first, before any cluster is joined
-        _check_here(spec, dry_run)
+        check_here(spec)
     _join(log_to_driver=False)  # --wait follows the job with a progress line, not worker logs
     with _one_line_errors():
         handle = sdk.submit(spec, checked=True)
     print(f"submitted {handle.job_id}", flush=True)
     return _wait(handle) if args.wait else 0
-
-
-def _check_here(spec: JobSpec, dry_run: Any) -> None:
-    """What can be checked before joining a cluster: the runtime_env's shape, and the dry run
-    unless the job declares packages this machine may lack (the SDK dry-runs those on the
-    cluster, in the job's env)."""
-    from tidal.platform.codeship import check_runtime_env, declares_packages
-
-    check_runtime_env(spec.runtime_env)
-    if not declares_packages(spec):
-        dry_run(spec)
 
 
 def _wait(handle: Any) -> int:
@@ -454,13 +443,13 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from tidal.jobs.dryrun import dry_run
     from tidal.platform import sdk
+    from tidal.platform.codeship import check_here
 
     spec = load_spec(args.file) if args.file is not None else None
     if spec is not None:
         with _one_line_errors():  # the spec's own errors first, before any cluster is joined
-            _check_here(spec, dry_run)
+            check_here(spec)
     _join(log_to_driver=False)
     with _one_line_errors():
         handle = sdk.resume(args.job, spec, checked=True)

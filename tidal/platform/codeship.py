@@ -66,6 +66,18 @@ def declares_packages(spec: JobSpec) -> bool:
     return any(k in (spec.runtime_env or {}) for k in PACKAGE_FIELDS)
 
 
+def check_here(spec: JobSpec) -> None:
+    """What can be checked before any cluster is joined: the runtime_env's shape, and the dry run
+    (`tidal.jobs.dryrun`) on this machine unless the job declares packages it may lack (those
+    are dry-run on the cluster, in the job's env: `dry_run_remote`). The CLI and the SDK both
+    call it."""
+    from tidal.jobs.dryrun import dry_run
+
+    check_runtime_env(spec.runtime_env)
+    if not declares_packages(spec):
+        dry_run(spec)
+
+
 def package(directory: str, *, field: str, excludes: list[str], parent: bool) -> tuple[str, bytes]:
     """(name, zip bytes) of a local directory, as Ray packages a working_dir (`parent=False`) or a
     py_modules entry (`parent=True`: the directory itself is the zip's top level)."""

@@ -207,14 +207,12 @@ def resume(job_id: str, spec: JobSpec | None = None, *, checked: bool = False) -
 
 
 def _shipping_to(spec: JobSpec, checked: bool, scheduler: Callable[[], Any]) -> Any:
-    """The scheduler a spec goes to, after its dry run here (unless `checked`, or it declares
-    packages this machine may lack) and its runtime_env's check, both before the cluster."""
-    from tidal.jobs.dryrun import dry_run
-    from tidal.platform.codeship import check_runtime_env, declares_packages
+    """The scheduler a spec goes to, after `codeship.check_here` (unless the caller ran it:
+    `checked`)."""
+    from tidal.platform.codeship import check_here
 
-    check_runtime_env(spec.runtime_env)
-    if not checked and not declares_packages(spec):
-        dry_run(spec)
+    if not checked:
+        check_here(spec)
     return scheduler()
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,7 +87,7 @@ class AutoLRS:
     max_change: float = 3.0
     observe_incumbent: bool = True
     anneal: float = 0.5
-    anneal_shape: str = "cosine"
+    anneal_shape: Literal["sqrt", "cosine"] = "cosine"
 
     def __post_init__(self) -> None:
         if (self.lr_min is None) != (self.lr_max is None):
