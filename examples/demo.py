@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -53,6 +54,9 @@ TRACE = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "azur
 SERVE_MODEL = dict(seq_len=32, d_model=64, n_layer=2, n_head=4)
 
 
+OWN_STORAGE: list[str] = [""]  # the runs' storage the demo made for its embedded cluster
+
+
 def start_cluster(train_gpus: int, infer_gpus: int) -> Any:
     """The embedded cluster (two raylets on this machine, one per pool), or RAY_ADDRESS's."""
     from tidal.serving.app import POOL_LABEL
@@ -62,7 +66,8 @@ def start_cluster(train_gpus: int, infer_gpus: int) -> Any:
         return None
     from ray.cluster_utils import Cluster
 
-    os.environ.setdefault("TIDAL_STORAGE", tempfile.mkdtemp(prefix="tidal-demo-"))
+    if not os.environ.get("TIDAL_STORAGE"):  # the demo's own, removed with its cluster
+        os.environ["TIDAL_STORAGE"] = OWN_STORAGE[0] = tempfile.mkdtemp(prefix="tidal-demo-")
     # the raylets (and so `ray job submit`'s entrypoints) find this interpreter's `python` first
     os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     # logical CPUs are a scheduling count here: enough for the workers, Serve and Train's actors
@@ -245,7 +250,7 @@ def main() -> int:
         serve.run(gpt_app(checkpoint=ckpt, min_replicas=1,  # at the shape its meta records
                           max_replicas=pool_gpus["inference"], upscale_delay_s=2.0, downscale_delay_s=30.0),
                   name="gpt", route_prefix="/gpt")
-        state_dir = Path(os.environ.get("TIDAL_STORAGE", tempfile.mkdtemp(prefix="tidal-demo-")))
+        state_dir = Path(os.environ.get("TIDAL_STORAGE") or tempfile.mkdtemp(prefix="tidal-demo-"))
         # one profile per job (each is a fresh process building a DeepSpeed engine: ~20 s here)
         cfg = SchedulerConfig(state_path=str(state_dir / "demo.sqlite"), cpus_per_worker=0.5,
                               profile_samples=1)
@@ -370,6 +375,8 @@ def main() -> int:
         ray.shutdown()
         if cluster is not None:
             cluster.shutdown()
+        if OWN_STORAGE[0]:  # checkpoints and the state file of a cluster that is gone
+            shutil.rmtree(OWN_STORAGE[0], ignore_errors=True)
 
 
 if __name__ == "__main__":

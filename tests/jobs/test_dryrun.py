@@ -50,3 +50,21 @@ def test_broken_jobs_name_the_field(override: dict[str, Any], field: str, words:
 def test_a_hanging_factory_is_reported_at_the_limit() -> None:
     with pytest.raises(SpecError, match=r"took more than 0\.5 s"):
         dry_run(tiny_gpt_spec(dataset=partial(time.sleep, 5)), timeout_s=0.5)
+
+
+def _plain_lm() -> torch.nn.Module:
+    """A language model with no activation-checkpointing protocol (`tidal.jobs.actckpt`)."""
+    from tidal.jobs.data import load_shakespeare
+
+    vocab = load_shakespeare().vocab_size
+    return torch.nn.Sequential(torch.nn.Embedding(vocab, 8), torch.nn.Linear(8, vocab))
+
+
+def test_a_model_that_cannot_checkpoint_is_refused_only_where_checkpointing_is_required() -> None:
+    from tidal.jobs.spec import Plan, PlanSpace
+
+    dry_run(tiny_gpt_spec(model=_plain_lm))  # the default plan space also has plans without it
+    with pytest.raises(SpecError, match=r"^JobSpec\.plan: activation_checkpointing=True, but model Seq"):
+        dry_run(tiny_gpt_spec(model=_plain_lm, plan=Plan(dp=1, micro_batch=8, activation_checkpointing=True)))
+    with pytest.raises(SpecError, match=r"^JobSpec\.plans: allows only activation_checkpointing=True"):
+        dry_run(tiny_gpt_spec(model=_plain_lm, plans=PlanSpace(activation_checkpointing=(True,))))

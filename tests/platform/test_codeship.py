@@ -1,4 +1,5 @@
-"""A job's code and packages reach its workers through Ray's runtime_env, kept with the job.
+"""A job's code and packages reach its workers through Ray's runtime_env, kept with the job
+(`tidal.jobs.codeship`, used by the CLI, the SDK and the scheduler).
 
 Unit tests here need no cluster; the integration test runs a job whose model lives in a module
 beside its file, with a declared pip requirement, on the session's two-node cluster."""
@@ -18,10 +19,10 @@ import pytest
 
 from tests.conftest import tiny_gpt_spec
 from tests.platform.codejob import job_dir, wheel
+from tidal.jobs.codeship import check_runtime_env, declares_packages, keep_package, ship
 from tidal.jobs.sealed import Sealed
 from tidal.jobs.spec import SpecError
 from tidal.platform.cli import load_spec
-from tidal.platform.codeship import check_runtime_env, declares_packages, keep_package, ship
 
 
 @pytest.mark.parametrize(("env", "says"), [

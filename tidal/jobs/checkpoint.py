@@ -89,16 +89,23 @@ class TrainState:
 
 def model_config(module: Any) -> dict[str, Any] | None:
     """The model's own configuration, for a checkpoint's meta (`"model"`): the dataclass a module
-    keeps as `cfg` or `config` (this repository's `TinyGPT` keeps its `GPTConfig` as `cfg`), as a
-    dict of JSON values; None for a module that keeps none. What loads the weights later (the
-    Serve app) builds the model at this shape without being told it."""
+    keeps as `cfg` or `config` (this repository's `TinyGPT` keeps its `GPTConfig` as `cfg`), or a
+    Hugging Face `PretrainedConfig` (its `to_dict()`, `model_type` included, so that
+    `AutoConfig.for_model(**meta["model"])` rebuilds it), as a dict of its JSON scalars; None for
+    a module that keeps none. What loads the weights later (the Serve app) builds the model at
+    this shape without being told it."""
     import dataclasses
 
     for name in ("cfg", "config"):
-        c = getattr(module, name, None)
-        if dataclasses.is_dataclass(c) and not isinstance(c, type):
+        c: Any = getattr(module, name, None)
+        to_dict = getattr(c, "to_dict", None)
+        if isinstance(getattr(c, "model_type", None), str) and callable(to_dict):
+            d = to_dict()  # a Hugging Face config (a dataclass too, in transformers 5)
+        elif dataclasses.is_dataclass(c) and not isinstance(c, type):
             d = dataclasses.asdict(c)
-            return {k: v for k, v in d.items() if isinstance(v, (int, float, str, bool))}
+        else:
+            continue
+        return {k: v for k, v in d.items() if isinstance(v, (int, float, str, bool))}
     return None
 
 

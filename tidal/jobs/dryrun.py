@@ -14,6 +14,7 @@ import math
 import threading
 from typing import Any
 
+from tidal.jobs import actckpt
 from tidal.jobs.spec import JobSpec, SpecError
 
 
@@ -48,6 +49,12 @@ def _run(spec: JobSpec) -> None:
     if not isinstance(model, torch.nn.Module):
         raise SpecError("JobSpec.model",
                         f"the factory returned {type(model).__name__}, not a torch.nn.Module")
+    if actckpt.protocol(model) is None:
+        cannot = f"model {type(model).__name__} can not checkpoint (see tidal.jobs.actckpt)"
+        if spec.plan is not None and spec.plan.activation_checkpointing:
+            raise SpecError("JobSpec.plan", f"activation_checkpointing=True, but {cannot}")
+        if not any(not ac for ac in spec.plans.activation_checkpointing):
+            raise SpecError("JobSpec.plans", f"allows only activation_checkpointing=True, but {cannot}")
     try:
         with torch.no_grad():
             loss = spec.loss(model, batch)

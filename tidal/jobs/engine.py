@@ -20,6 +20,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from tidal.jobs import actckpt
 from tidal.jobs.data import StepSampler
 from tidal.jobs.ds_config import deepspeed_config
 from tidal.jobs.spec import JobSpec, Plan, PlanError
@@ -127,13 +128,10 @@ def build_engine(spec: JobSpec, plan: Plan, device: torch.device,
     torch.manual_seed(spec.seed)
     model = spec.model()
     if plan.activation_checkpointing:
-        setter = getattr(model, "set_activation_checkpointing", None)
-        if setter is None:
-            raise PlanError(
-                "Plan.activation_checkpointing",
-                f"model {type(model).__name__} has no set_activation_checkpointing(bool)",
-            )
-        setter(True)
+        try:
+            actckpt.set_enabled(model, True)
+        except ValueError as e:
+            raise PlanError("Plan.activation_checkpointing", str(e)) from None
     model.to(device)
     engine, *_ = deepspeed.initialize(
         model=model, model_parameters=model.parameters(),

@@ -41,6 +41,7 @@ from typing import Any, Literal
 
 import ray
 
+from tidal.jobs.codeship import keep_in_storage, ship
 from tidal.jobs.spec import JobSpec, Plan, PlanError, SpecError
 from tidal.jobs.storage import check_storage, checkpoint_progress, storage_root
 from tidal.jobs.worker import WorkerConfig, train_loop
@@ -407,7 +408,7 @@ def make_trainer(train_fn: Any, config: dict[str, Any], resources: Resources, *,
     gloo on CPU / NCCL on CUDA, workers pinned per rank to `resources.node_ids` if given,
     results under `storage_root()/name`, of which Ray Train keeps the newest `keep_checkpoints`
     checkpoints (None: all); its workers run in the job's `runtime_env` (`JobSpec.runtime_env`,
-    as `tidal.platform.codeship` shipped it). The runner and the profiler both build theirs here."""
+    as `tidal.jobs.codeship` shipped it). The runner and the profiler both build theirs here."""
     # Train V2's classes (what `ray.train` re-exports when V2 is on, the 2.60 default).
     from ray.train.torch import TorchConfig, TorchTrainer
     from ray.train.v2.api.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
@@ -460,6 +461,9 @@ def launch(spec: JobSpec, plan: Plan, resources: Resources, checkpoint: str | No
         )
     if stop_at_step is not None and not start < stop_at_step:
         raise SpecError("stop_at_step", f"must be > the checkpoint's step {start}, got {stop_at_step}")
+    # local directories of its runtime_env into the runs' storage, its code sealed: Train's
+    # controller never imports the user's modules, its workers find them on any node
+    spec = ship(spec, keep_in_storage)
     if not ray.is_initialized():
         ray.init()
     return RunHandle(spec=spec, plan=plan, resources=resources, checkpoint=checkpoint,

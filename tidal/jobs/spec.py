@@ -189,8 +189,9 @@ class JobSpec:
 
     model:    factory returning a fresh `torch.nn.Module` (called on every worker, after the
               RNG is seeded with `seed`, so every worker and every plan starts from the same
-              weights). To allow activation checkpointing the module must implement
-              `set_activation_checkpointing(enabled: bool)`.
+              weights). Plans with activation checkpointing need a module that implements
+              `set_activation_checkpointing(enabled: bool)` or a Hugging Face model that
+              supports it (`tidal.jobs.actckpt`).
     dataset:  factory returning a map-style dataset (`__len__`, `__getitem__`) whose items
               `torch.utils.data.default_collate` can batch.
     loss:     `loss(model, batch) -> scalar tensor`, the *mean* loss over the micro-batch.
@@ -225,7 +226,7 @@ class JobSpec:
               `env_vars`, ...) every process that runs the job's code gets: the dry run, the
               admission's sizing and profiles, every Train worker. A local `working_dir` or
               `py_modules` directory is zipped when the job is submitted and kept in the runs'
-              storage (`tidal.platform.codeship`), so a node that has never seen the code, a
+              storage (`tidal.jobs.codeship`), so a node that has never seen the code, a
               job that queues for hours and a restarted Ray all find it. `tidal submit FILE.py`
               sets `working_dir` to FILE's directory unless the spec names one.
     """

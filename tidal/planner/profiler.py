@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from tidal.jobs import actckpt
 from tidal.jobs.data import StepSampler, cache_dir
 from tidal.jobs.sealed import opened
 from tidal.jobs.spec import JobSpec, Plan
@@ -137,17 +138,14 @@ def _ckpt_ratio(spec: JobSpec, engine: Any, one: Any) -> float:
     from tidal.planner.activations import count_saved
 
     model = engine.module
-    toggle = getattr(model, "set_activation_checkpointing", None)
-    was = bool(getattr(model, "activation_checkpointing", False))
+    was = actckpt.is_enabled(model)
     try:
-        if toggle is not None:
-            toggle(False)
+        actckpt.set_enabled(model, False)
         count = count_saved(model, lambda: spec.loss(engine, one))
     except Exception:  # the count is a refinement: a model it cannot follow keeps the textbook tie
         return 0.0
     finally:
-        if toggle is not None:
-            toggle(was)
+        actckpt.set_enabled(model, was)
     return count.ckpt_ratio if count is not None else 0.0
 
 

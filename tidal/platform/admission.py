@@ -33,9 +33,9 @@ import ray
 from ray.exceptions import RuntimeEnvSetupError
 
 from tidal.core.policy import Option
+from tidal.jobs.codeship import env_setup_line
 from tidal.jobs.spec import JobSpec, Plan, SpecError
 from tidal.planner.jobplan import Cluster, ProfileConfig, plan_job, to_measure
-from tidal.platform.codeship import env_setup_line
 from tidal.platform.reservations import Reservation
 
 

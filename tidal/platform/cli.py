@@ -161,7 +161,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
                          f"{spec.global_batch}: data-parallel workers split it evenly")
     if not plans_for(spec, args.gpus):
         raise SystemExit(f"tidal: the job's plan space allows no plan on {args.gpus} GPUs ({spec.plans})")
-    from tidal.platform.codeship import check_here
+    from tidal.jobs.codeship import check_here
 
     with _one_line_errors():  # a model or loss that raises: one line here, not a profile's traceback
         check_here(spec)
@@ -206,8 +206,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
+    from tidal.jobs.codeship import check_here
     from tidal.platform import sdk
-    from tidal.platform.codeship import check_here
 
     spec = load_spec(args.file)
     with _one_line_errors():  # the spec's own errors first, before any cluster is joined
@@ -443,8 +443,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
+    from tidal.jobs.codeship import check_here
     from tidal.platform import sdk
-    from tidal.platform.codeship import check_here
 
     spec = load_spec(args.file) if args.file is not None else None
     if spec is not None:

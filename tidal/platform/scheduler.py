@@ -56,12 +56,12 @@ from tidal.core.controller import ActionRecord, reconcile_step
 from tidal.core.gcpause import paused_gc
 from tidal.core.policy import Decision, JobView, Node, Option, Snapshot
 from tidal.jobs.checkpoint import read_metrics
+from tidal.jobs.codeship import keep_package
 from tidal.jobs.spec import JobSpec, Plan, SpecError
 from tidal.jobs.storage import check_storage, resume_point
 from tidal.planner.jobplan import Cluster, check_fits
 from tidal.platform import snapshots
 from tidal.platform.admitter import Admitter
-from tidal.platform.codeship import keep_package
 from tidal.platform.config import SchedulerConfig
 from tidal.platform.curves import Curves
 from tidal.platform.errors import error_note, error_text

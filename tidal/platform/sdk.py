@@ -7,7 +7,7 @@ file the cluster recorded (`tidal.platform.registry`); reading, cancelling and r
 do: with no scheduler they raise `NoSchedulerError`, one line that says how to start it. The
 spec is validated when it is built and dry-run by `submit` (model, one sample, loss, on this
 machine's CPU, or on the cluster in the job's runtime_env when that declares packages), and its
-code shipped (`tidal.platform.codeship`); the scheduler stores it PROFILING and returns its id
+code shipped (`tidal.jobs.codeship`); the scheduler stores it PROFILING and returns its id
 at once, then profiles and plans it off the actor: it becomes QUEUED, or REJECTED with the
 reason.
 """
@@ -209,7 +209,7 @@ def resume(job_id: str, spec: JobSpec | None = None, *, checked: bool = False) -
 def _shipping_to(spec: JobSpec, checked: bool, scheduler: Callable[[], Any]) -> Any:
     """The scheduler a spec goes to, after `codeship.check_here` (unless the caller ran it:
     `checked`)."""
-    from tidal.platform.codeship import check_here
+    from tidal.jobs.codeship import check_here
 
     if not checked:
         check_here(spec)
@@ -217,7 +217,7 @@ def _shipping_to(spec: JobSpec, checked: bool, scheduler: Callable[[], Any]) -> 
 
 
 def _ship(spec: JobSpec, scheduler: Any) -> JobSpec:
-    from tidal.platform.codeship import declares_packages, dry_run_remote, ship
+    from tidal.jobs.codeship import declares_packages, dry_run_remote, ship
 
     shipped = ship(spec, lambda name, data: answer(scheduler.keep_package.remote(name, data)))
     if declares_packages(shipped):

@@ -17,6 +17,10 @@ long as something references it, and only 10 minutes after the uploading client 
 restarted Ray keeps nothing. The storage is already every node's (checkpoints need it) and
 outlives both; Ray reads `file://` packages like any remote one, once per node.
 
+`tidal.launch`/`tidal.run` (no scheduler) ship the spec the same way, writing the packages
+into the runs' storage from the driver (`keep_in_storage`): Ray Train's workers accept no local
+directory in their runtime_env, only URIs.
+
 Every process that runs the job's code then gets the shipped env: the dry run
 (`dry_run_remote`, when the spec declares packages the client may lack), admission's sizing and
 profiling tasks, and every Train worker (`RunConfig.worker_runtime_env`).
@@ -134,6 +138,14 @@ def keep_package(root: Path, name: str, data: bytes) -> str:
         tmp.write_bytes(data)
         os.replace(tmp, path)
     return path.absolute().as_uri()
+
+
+def keep_in_storage(name: str, data: bytes) -> str:
+    """`keep_package` into this process's runs' storage (`$TIDAL_STORAGE`): the `keep` of a
+    driver that ships a spec itself (`tidal.launch`)."""
+    from tidal.jobs.storage import storage_root
+
+    return keep_package(storage_root(), name, data)
 
 
 def dry_run_remote(spec: JobSpec, timeout_s: float = 600.0) -> None:

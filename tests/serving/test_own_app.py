@@ -1,0 +1,134 @@
+"""A Serve app the user wrote (`examples/own_serve_app.py`: not Tidal's GPT app, no Tidal code in
+it), placed on the inference pool by its label: the loan manager reads the replicas Serve wants
+for it, lends the pool's idle GPUs to a training job, and takes them back when Serve's own
+autoscaler wants more replicas under load; no request fails."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.integration
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "own_serve_app.py"
+
+
+def _wait(pred: Any, what: str, timeout: float) -> None:
+    deadline = time.time() + timeout
+    while not pred():
+        assert time.time() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.25)
+
+
+def _user_app() -> Any:
+    spec = importlib.util.spec_from_file_location("own_serve_app", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["own_serve_app"] = module
+    spec.loader.exec_module(module)
+    return module.app
+
+
+@pytest.mark.timeout(900)
+def test_a_users_own_serve_app_lends_its_idle_gpus_and_takes_them_back(
+        ray_cluster: Any, inference_node: str, tmp_path: Path) -> None:
+    import ray
+    from ray import cloudpickle, serve
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from tests.conftest import tiny_gpt_spec
+    from tidal.core.policy import Option, PolicyConfig
+    from tidal.jobs import Plan
+    from tidal.platform import sdk
+    from tidal.platform.config import SchedulerConfig
+    from tidal.serving.demand import replicas_running, replicas_wanted
+    from tidal.serving.loans import LoanConfig
+    from tidal.serving.traffic import p99, replay
+
+    @ray.remote(num_gpus=1, num_cpus=0)
+    class Other:  # holds 2 of the training pool's 4 GPUs: the job grows only onto lent ones
+        def ping(self) -> int:
+            return 1
+
+    head = ray_cluster.node_ids[0]
+    others = [Other.options(scheduling_strategy=NodeAffinitySchedulingStrategy(head, soft=False)).remote()
+              for _ in range(2)]
+    ray.get([o.ping.remote() for o in others])
+    port = 8433
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    scheduler = None
+    try:
+        app = _user_app()
+        cloudpickle.register_pickle_by_value(sys.modules["own_serve_app"])  # as `serve run` ships it
+        serve.run(app, name="classifier", route_prefix="/classify")
+        cfg = SchedulerConfig(tick_s=1.0, state_path=str(tmp_path / "tidal.sqlite"), restart_cost_s=0.0,
+                              cpus_per_worker=0.25, policy=PolicyConfig(aging_s=1e6),
+                              loans=LoanConfig(replica_rps=1.0, interval_s=1.0, lead_s=5.0, min_replicas=0))
+        scheduler = sdk.connect(cfg)
+        spec = tiny_gpt_spec(name="on-loan-own", total_steps=100_000, max_gpus=4, checkpoint_every=100)
+        options = tuple(Option(gpus=n, plan=Plan(dp=n, zero_stage=1, micro_batch=8 // n),
+                               samples_per_s=100.0 * n) for n in (1, 2, 4))
+        job = sdk.JobHandle(ray.get(scheduler.submit.remote(spec, options)), scheduler)
+        # the user's app wants 1 replica: the pool's other 3 GPUs are idle, and 2 are lent
+        _wait(lambda: (st := job.status())["state"] == "RUNNING" and st["gpus"] == 4,
+              "the job to run on 4 GPUs, 2 of them lent by the user's app", 300)
+        st = job.status()
+        assert inference_node in st["nodes"], st
+        pools = ray.get(scheduler.pools.remote())
+        print("\npools while lent:", {k: pools[k] for k in ("history", "forecast") if k in pools})
+
+        url = f"http://127.0.0.1:{port}/classify"
+        rng = np.random.default_rng(0)
+
+        def traffic(rate: float, secs: float) -> list[Any]:
+            sched = np.cumsum(rng.exponential(1.0 / rate, size=int(rate * secs * 2)))
+            return replay(url, sched[sched < secs], lambda i: {"text": f"good day {i}"}, max_s=secs,
+                          concurrency=64, timeout_s=120)
+
+        marks: dict[str, float] = {}
+
+        def watch() -> None:  # when Serve wants 4 replicas, and when they all run
+            t_end = time.time() + 120
+            while time.time() < t_end and "back" not in marks:
+                status = serve.status()
+                if replicas_wanted(status) >= 4:
+                    marks.setdefault("want", time.time())
+                if replicas_running(status) >= 4 and "want" in marks:
+                    marks["back"] = time.time()
+                time.sleep(0.2)
+
+        before = traffic(2.0, 5.0)
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        surge = traffic(30.0, 30.0)  # 6 requests in flight on average: Serve wants 3-4 replicas
+        watcher.join()
+        after = traffic(2.0, 5.0)
+        for name, sent in (("before", before), ("surge", surge), ("after", after)):
+            lat = [s.latency_s for s in sent if s.status == 200]
+            failed = [(s.status, round(s.at, 1)) for s in sent if s.status != 200]
+            print(f"{name:>6}: {len(sent)} requests, p99 {p99(lat):.3f} s, failed {len(failed)}")
+            assert sent and not failed, f"{name}: (status, sent at s) of the failed: {failed[:20]}"
+        events = ray.get(scheduler.recent_events.remote())
+        assert "back" in marks, f"the user's 4 replicas never ran: {marks}; {events}"
+        print(f"the user's app got its lent GPUs back {marks['back'] - marks['want']:.1f} s after it "
+              "wanted them")
+        assert any(" reclaim: " in e for e in events), events
+        assert any("stopped at step" in e for e in events), events
+        # the job goes on with what is left to it: the training pool's 2 GPUs
+        _wait(lambda: (s := job.status())["state"] == "RUNNING" and s["restarts"] >= 1
+              and inference_node not in s["nodes"], "the job to go on off the inference pool", 300)
+        job.cancel()
+        assert job.wait(timeout=200, poll_s=1)["state"] == "CANCELLED"
+    finally:
+        serve.shutdown()
+        if scheduler is not None:
+            ray.kill(scheduler, no_restart=True)
+        for o in others:
+            ray.kill(o)
