@@ -356,7 +356,7 @@ def main() -> int:
         ok = all(f["state"] == "SUCCEEDED" for f in final.values()) and slo.failed == 0
         if args.keep and cluster is not None:
             print("\nThe cluster stays up (Ctrl-C ends it). From another shell in this directory:\n"
-                  f"  export RAY_ADDRESS={cluster.address} RAY_AUTH_MODE=token\n"
+                  f"  export RAY_ADDRESS={cluster.address}   # (this cluster runs without Ray's token auth)\n"
                   f"  .venv/bin/ray job submit --address http://{cluster.webui_url} --working-dir . "
                   "-- python examples/submit_job.py 60\n"
                   "  .venv/bin/tidal status --watch", flush=True)

@@ -9,7 +9,7 @@ Nothing in it is Tidal's. Two settings put it in the pool and make its demand re
   forecast of their rise, and lends the rest of the pool's GPUs to training. When Serve wants
   more, training jobs on lent GPUs stop at a step boundary with a checkpoint and give them back.
 
-    serve run examples/own_serve_app.py:app     # on a cluster where `tidal start` runs
+    serve run --app-dir examples own_serve_app:app    # on a cluster where `tidal start` runs
 
 A deployment may also run Tidal's autoscaling policy (`tidal.serving.autoscaling`), as
 Tidal's own GPT app does: then Serve's replicas and the loans come from one forecast and a

@@ -82,10 +82,11 @@ def test_tidal_start_refuses_a_bad_file_before_joining_any_cluster(
 
 
 def test_the_settings_reference_is_written_from_the_dataclasses() -> None:
-    """docs/settings.md is `reference()` (regenerate: python -m tidal.platform.settings > docs/settings.md),
-    and it names every setting, nested ones with their prefix."""
-    page = (ROOT / "docs" / "settings.md").read_text()
-    stale = "docs/settings.md is stale: python -m tidal.platform.settings > docs/settings.md"
+    """docs/reference/settings.md is `reference()` (regenerate: python -m tidal.platform.settings >
+    docs/reference/settings.md), and it names every setting, nested ones with their prefix."""
+    page = (ROOT / "docs" / "reference" / "settings.md").read_text()
+    stale = ("docs/reference/settings.md is stale: "
+             "python -m tidal.platform.settings > docs/reference/settings.md")
     assert page == reference(), stale
     for name in ("tick_s", "policy.aging_s", "loans.risk", "correction.half_life_s", "autoscaling_config"):
         assert f"| `{name}` |" in page, name

@@ -457,7 +457,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
     return _wait(handle) if args.wait else 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The `tidal` command's parser (also what the docs' CLI reference is generated from)."""
     ap = argparse.ArgumentParser(prog="tidal", description="Tidal: reconfigurable training on Ray")
     sub = ap.add_subparsers(dest="command", required=True)
     p = sub.add_parser("plan", help="rank a job's plans on N GPUs with the fitted models")
@@ -484,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="redraw the table every SECONDS (default 2) until Ctrl-C")
     st.set_defaults(func=cmd_status)
     sp = sub.add_parser("start", help="start Tidal's control plane on this Ray cluster (after `ray start`)")
-    sp.add_argument("--config", help="the scheduler's settings, a YAML file (docs/settings.md)")
+    sp.add_argument("--config", help="the scheduler's settings, a YAML file (docs/reference/settings.md)")
     sp.add_argument("--serve-checkpoint", help="also serve the GPT of this Tidal checkpoint (Ray Serve)")
     sp.add_argument("--autoscaling-config",
                     help="the autoscaler's cluster config (on a `ray up` head: ~/ray_bootstrap_config.yaml): "
@@ -504,6 +505,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="a Python file whose JobSpec replaces the job's own (e.g. a lower lr)")
     rs.add_argument("--wait", action="store_true", help="wait until the new job ends")
     rs.set_defaults(func=cmd_resume)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
     args = ap.parse_args(argv)
     if args.command == "plan" and not 1 <= args.samples <= 8:
         ap.error("--samples must be between 1 and 8")

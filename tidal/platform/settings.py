@@ -16,7 +16,7 @@ the setting and its value: a key that is no setting (the known ones listed); a v
 wrong type (pydantic, validating against the dataclasses themselves, so there is no second
 schema to drift); a value out of range (each dataclass's own `__post_init__`).
 
-`reference()` writes the settings reference (docs/settings.md) from the same dataclasses: each
+`reference()` writes the settings reference (docs/reference/settings.md) from the same dataclasses: each
 setting's type and default, and the comment written beside it in the code.
 """
 
@@ -104,7 +104,7 @@ NESTED = {"policy": "PolicyConfig", "loans": "LoanConfig", "correction": "Correc
 
 
 def reference() -> str:
-    """docs/settings.md: every setting of the file, with its type, default and the comment
+    """docs/reference/settings.md: every setting of the file, with its type, default and the comment
     beside it in the code (tests/platform/test_settings.py keeps the page equal to this)."""
     base = SchedulerConfig()
     out = ["# Settings reference", "",
