@@ -316,9 +316,11 @@ def main() -> int:
         curves = {name: h.logs() for name, h in rec.jobs.items()}
         slo = serving_stats(rec.sent, SLO_P99_S)
         util = utilisation(rec.samples, pool_gpus)
+        trained = utilisation(rec.samples, pool_gpus, trained=True)
         lent = lent_gpu_seconds(rec.samples)
         plot_timeline(rec.samples, stories, pool_gpus, rec.sent, SLO_P99_S, args.out / "demo_timeline.png")
-        plot_latency(rec.sent, SLO_P99_S, args.out / "demo_latency.png", offset_s=rec.replay_t0)
+        plot_latency(rec.sent, SLO_P99_S, args.out / "demo_latency.png", offset_s=rec.replay_t0,
+                     span_s=rec.samples[-1].t)
         plot_curves(curves, args.out / "demo_curves.png")
 
         print("\n=== Tidal demo summary ===")
@@ -337,8 +339,9 @@ def main() -> int:
             print(f"AutoLRS against the hand-set cosine (the same GPT, seed and batches) at data step "
                   f"{step}, mean training loss over its last {SAME_STEP_WINDOW} steps: autolrs "
                   f"{tuned:.3f}, small {hand:.3f} ({'no higher' if tuned <= hand else 'higher'})")
-        print(f"GPU utilisation: training pool {util['training']:.0%}, inference pool "
-              f"{util['inference']:.0%} (Serve's replicas + GPUs lent to training), over "
+        print(f"GPU utilisation: training pool {util['training']:.0%} held, {trained['training']:.0%} "
+              f"training; inference pool {util['inference']:.0%} held, {trained['inference']:.0%} "
+              f"serving or training (Serve's replicas + GPUs lent to jobs that stepped), over "
               f"{rec.samples[-1].t - rec.samples[0].t:.0f} s")
         print(f"lent to training: {lent:.0f} GPU-seconds; Serve's longest wait for wanted replicas: "
               f"{longest_serve_wait(rec.samples):.0f} s")

@@ -13,8 +13,10 @@ from tidal.platform.timeline import (
     plot_curves,
     plot_latency,
     plot_timeline,
+    restarts_in,
     sample_of,
     serving_stats,
+    training_jobs,
     utilisation,
 )
 from tidal.serving.traffic import Sent
@@ -99,3 +101,33 @@ def test_the_longest_wait_for_replicas_is_the_longest_unmet_stretch() -> None:
     samples = [sample_of(float(t), [], POOL, {}, serve_running=r, serve_wanted=w) for t, w, r in pattern]
     assert longest_serve_wait(samples) == 12.0
     assert longest_serve_wait(samples[:1]) == 0.0
+
+
+def test_a_job_trains_only_where_its_compute_steps_advance() -> None:
+    """Held GPUs are not training: a run that starts, stops before a step and starts again shows
+    as held; the trained utilisation counts the stretch in which it stepped."""
+    # job a holds 2 training GPUs from t=0 to 60; it steps only from t=30 to 40
+    steps = {t: 0 if t <= 30 else min(t - 30, 10) for t in range(0, 61, 5)}
+    samples = [sample_of(float(t), [_row("a", "RUNNING", [["t1", 2]], step=k)], POOL, {}, 0, 0)
+               for t, k in steps.items()]
+    active = training_jobs(samples, window_s=5.0)
+    assert [s.t for s, a in zip(samples, active, strict=True) if "a" in a] == [30.0, 35.0, 40.0, 45.0]
+    held = utilisation(samples, {"training": 4, "inference": 4})["training"]
+    trained = utilisation(samples, {"training": 4, "inference": 4}, trained=True)["training"]
+    assert held == pytest.approx(0.5)
+    # with the default window (10 s) the samples at 25-50 s train, each holding 2 GPUs for 5 s
+    assert trained == pytest.approx(6 * 2 * 5 / (4 * 60))
+    # compute steps count, not data steps: an AutoLRS job probing trains
+    probing = [sample_of(float(t), [{**_row("p", "RUNNING", [["t1", 1]], step=3), "compute_steps": t}],
+                         POOL, {}, 0, 0) for t in range(0, 20, 5)]
+    assert all("p" in a for a in training_jobs(probing, window_s=5.0)[1:])
+
+
+def test_a_restart_is_a_step_earlier_than_the_one_before_or_long_after() -> None:
+    rows = [{"step": k, "time": 100.0 + k} for k in range(1, 11)]
+    rows[5:] = [{"step": k, "time": 200.0 + k} for k in range(6, 11)]  # relaunched 90 s later
+    assert restarts_in(rows) == [5]
+    replay = [{"step": 1, "time": 10.0}, {"step": 2, "time": 11.0}, {"step": 3, "time": 5.0},
+              {"step": 4, "time": 6.0}]
+    assert restarts_in(replay) == [2]
+    assert restarts_in([{"step": 1}, {"step": 2}, {"step": 3}]) == []  # rows without times

@@ -11,6 +11,15 @@ figures integrate the samples as step functions (each sample holds until the nex
     in use, inference   = Serve's RUNNING replicas + Σ_jobs GPUs lent to the job (≤ pool GPUs)
     lent GPU-seconds    = GPU-seconds(Σ_jobs GPUs lent to the job)
     SLO attainment      = share of requests answered 200 within the latency SLO
+
+Holding GPUs is not training on them: a run's workers, engines and checkpoint load take tens of
+seconds before its first step, and a run stopped before then trained on nothing. A job *trains*
+at sample i when its compute steps (probes included) advance within `PROGRESS_WINDOW_S` of it:
+
+    trains(j, i)        = ∃ k: |t_k − t_i| ≤ W and compute_j(t_k) ≠ compute_j(t_{k−1})
+    utilisation, trained = the same integral over the GPUs of the jobs that train
+
+The plots draw held GPUs of a job that does not train hatched, and the summary gives both.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ from tidal.core.state import TERMINAL as _TERMINAL_STATES
 from tidal.serving.traffic import Sent
 
 POOLS = ("training", "inference")
+PROGRESS_WINDOW_S = 10.0  # W: a job that stepped within this many seconds is training
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,6 +45,7 @@ class JobSample:
     gpus: Mapping[str, int]  # pool -> GPUs the job holds there
     plan: str = ""
     step: int = 0
+    compute: int = 0  # compute steps so far (data steps + an AutoLRS job's probes)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,8 +70,9 @@ def sample_of(t: float, rows: Sequence[Mapping[str, Any]], pool_of_node: Mapping
         for nid, g in r.get("allocation") or []:
             pool = pool_of_node.get(nid, "training")
             gpus[pool] = gpus.get(pool, 0) + int(g)
+        step = int(r.get("step") or 0)
         jobs[str(r["name"])] = JobSample(state=str(r["state"]), gpus=gpus, plan=str(r.get("plan") or ""),
-                                         step=int(r.get("step") or 0))
+                                         step=step, compute=int(r.get("compute_steps") or step))
     return Sample(t=t, jobs=jobs, serve_running=serve_running, serve_wanted=serve_wanted,
                   lendable=int(loans.get("lendable", 0)))
 
@@ -70,12 +82,33 @@ def gpu_seconds(samples: Sequence[Sample], f: Any) -> float:
     return float(sum(f(a) * (b.t - a.t) for a, b in pairwise(samples)))
 
 
-def utilisation(samples: Sequence[Sample], pool_gpus: Mapping[str, int]) -> dict[str, float]:
-    """Busy share of each pool's GPUs over the record (module docstring)."""
+def training_jobs(samples: Sequence[Sample], window_s: float = PROGRESS_WINDOW_S) -> list[frozenset[str]]:
+    """For each sample, the jobs that train there: trains(j, i) of the module docstring."""
+    stepped: dict[str, list[float]] = {}  # job -> the times its compute count changed
+    for a, b in pairwise(samples):
+        for name, j in b.jobs.items():
+            if name in a.jobs and j.compute != a.jobs[name].compute:
+                stepped.setdefault(name, []).append(b.t)
+    return [frozenset(n for n, ts in stepped.items() if any(abs(t - s.t) <= window_s for t in ts))
+            for s in samples]
+
+
+def utilisation(samples: Sequence[Sample], pool_gpus: Mapping[str, int], *,
+                trained: bool = False) -> dict[str, float]:
+    """Busy share of each pool's GPUs over the record (module docstring); `trained`: counting a
+    job's GPUs only while it trains."""
     span = samples[-1].t - samples[0].t if len(samples) > 1 else 0.0
+    active = {id(s): a for s, a in zip(samples, training_jobs(samples), strict=True)} if trained else {}
+
+    def jobs_gpus(s: Sample, pool: str) -> int:
+        if not trained:
+            return s.used(pool)
+        return sum(j.gpus.get(pool, 0) for n, j in s.jobs.items() if n in active[id(s)])
+
     used = {
-        "training": lambda s: s.used("training"),
-        "inference": lambda s: min(pool_gpus.get("inference", 0), s.serve_running + s.used("inference")),
+        "training": lambda s: jobs_gpus(s, "training"),
+        "inference": lambda s: min(pool_gpus.get("inference", 0),
+                                   s.serve_running + jobs_gpus(s, "inference")),
     }
     return {p: gpu_seconds(samples, used[p]) / (pool_gpus[p] * span) if pool_gpus.get(p) and span > 0 else 0.0
             for p in POOLS}
@@ -172,40 +205,81 @@ def _plt() -> Any:
 
 
 _MARK = {"submit": "v", "reclaim": "x", "reconfigure": "^", "end": "o"}  # matplotlib markers
+# jobs take tab10's colours but red (reclaims, the lendable line) and grey (Serve): no colour means
+# two things across the panels
+_JOB_COLOURS = (0, 1, 2, 4, 5, 6, 8, 9)
+
+
+def job_colours(names: Sequence[str]) -> dict[str, Any]:
+    plt = _plt()
+    cmap = plt.get_cmap("tab10")
+    return {n: cmap(_JOB_COLOURS[i % len(_JOB_COLOURS)]) for i, n in enumerate(names)}
+
+
+def _serve_waits(samples: Sequence[Sample]) -> list[tuple[float, float]]:
+    """The stretches in which Serve wanted more replicas than ran."""
+    spans, since = [], None
+    for s in samples:
+        if s.serve_wanted > s.serve_running and since is None:
+            since = s.t
+        elif s.serve_wanted <= s.serve_running and since is not None:
+            spans.append((since, s.t))
+            since = None
+    if since is not None and samples:
+        spans.append((since, samples[-1].t))
+    return spans
 
 
 def plot_timeline(samples: Sequence[Sample], stories: Sequence[JobStory], pool_gpus: Mapping[str, int],
                   sent: Sequence[Sent], slo_s: float, path: str | Path) -> None:
     """Three panels over the same time axis: GPUs per job in the training pool; the inference pool
-    (Serve's replicas, GPUs lent to each job, what the loan manager allows); the offered load and
-    the p99 latency per 5-s window against the SLO. Job arrivals, reclaims and ends are marked."""
+    (Serve's replicas, GPUs lent to each job, what the loan manager allows, Serve's waits for
+    replicas); the offered load and the p99 latency per 5-s window against the SLO. A job's GPUs
+    are solid while it trains and hatched while it holds them without stepping (starting,
+    stopping, a run that never reached a step). Arrivals, reclaims and ends are marked."""
+    from matplotlib.patches import Patch
+
     plt = _plt()
     t = np.array([s.t for s in samples])
     names = [st.name for st in stories]
-    cmap = plt.get_cmap("tab10")
-    colour = {n: cmap(i % 10) for i, n in enumerate(names)}
-    fig, axes = plt.subplots(3, 1, figsize=(14, 9), sharex=True)
+    colour = job_colours(names)
+    trains = training_jobs(samples)
+    span = (0.0, float(t.max()) if len(t) else 1.0)
+    fig, axes = plt.subplots(3, 1, figsize=(14, 9.5), sharex=True)
     for ax, pool in zip(axes[:2], POOLS, strict=True):
-        layers, cols, labels = [], [], []
+        bottom = np.zeros(len(t))
         if pool == "inference":
-            layers.append(np.array([s.serve_running for s in samples]))
-            cols.append("0.6")
-            labels.append("Serve replicas")
+            serve = np.array([s.serve_running for s in samples], dtype=float)
+            ax.fill_between(t, bottom, serve, step="post", color="0.6", lw=0, label="Serve replicas")
+            bottom = bottom + serve
         for n in names:
-            layers.append(np.array([s.jobs[n].gpus.get(pool, 0) if n in s.jobs else 0 for s in samples]))
-            cols.append(colour[n])
-            labels.append(n if pool == "training" else f"{n} (lent)")
-        if layers:  # the training pool of a run without jobs (the demo's --serve-only) has none
-            ax.stackplot(t, np.array(layers), colors=cols, labels=labels, step="post", linewidth=0)
+            held = np.array([s.jobs[n].gpus.get(pool, 0) if n in s.jobs else 0 for s in samples], dtype=float)
+            stepping = np.array([n in a for a in trains])
+            for part, style in ((held * stepping, dict(color=colour[n], lw=0)),
+                                (held * ~stepping, dict(facecolor=(*colour[n][:3], 0.25), edgecolor=colour[n],
+                                                        hatch="///", lw=0))):
+                if part.any():
+                    ax.fill_between(t, bottom, bottom + part, step="post", **style)
+                bottom = bottom + part
         ax.axhline(pool_gpus.get(pool, 0), color="k", lw=0.8, ls="--")
+        handles = [Patch(color=colour[n], label=n if pool == "training" else f"{n} (lent)") for n in names]
+        handles.append(Patch(facecolor="white", edgecolor="0.3", hatch="///", label="held, not training"))
         if pool == "inference":
-            ax.step(t, [s.serve_wanted for s in samples], where="post", color="k", lw=1.2,
-                    label="replicas Serve wants")
-            ax.step(t, [s.lendable for s in samples], where="post", color="tab:red", lw=1, ls=":",
-                    label="lendable (loan manager)")
+            handles.insert(0, Patch(color="0.6", label="Serve replicas"))
+            handles += ax.step(t, [s.serve_wanted for s in samples], where="post", color="k", lw=1.2,
+                               label="replicas Serve wants")
+            handles += ax.step(t, [s.lendable for s in samples], where="post", color="tab:red", lw=1, ls=":",
+                               label="lendable (loan manager)")
+            waits = _serve_waits(samples)
+            for a, b in waits:
+                ax.axvspan(a, b, color="tab:red", alpha=0.12, lw=0)
+            if waits:
+                longest = max(b - a for a, b in waits)
+                handles.append(Patch(color="tab:red", alpha=0.12,
+                                     label=f"Serve waits for replicas (longest {longest:.0f} s)"))
         ax.set_ylabel(f"{pool} pool GPUs")
         ax.set_ylim(0, pool_gpus.get(pool, 0) + 0.5)
-        ax.legend(loc="upper left", bbox_to_anchor=(1.06, 1.0), fontsize=8)
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
         ax.grid(alpha=0.3)
     for st in stories:
         for m in st.markers:
@@ -216,48 +290,54 @@ def plot_timeline(samples: Sequence[Sample], stories: Sequence[JobStory], pool_g
                 if m.what == "reclaim":
                     for ax in axes:
                         ax.axvline(m.t, color="tab:red", lw=0.8, alpha=0.6)
-    axes[0].set_title("markers: ▼ arrives, x reclaimed (red line), ▲ reconfigured, ● ends", fontsize=9)
+    axes[0].set_title("GPUs per job (solid: training; hatched: held without a step). "
+                      "Markers: ▼ arrives, x reclaimed (red line), ▲ reconfigured, ● ends", fontsize=9)
     ax = axes[2]
     if sent:
         at = np.array([s.at for s in sent]) + (samples[0].t if samples else 0.0)
         lat = np.array([s.latency_s for s in sent])
         ok = np.array([s.status == 200 for s in sent])
-        edges = np.arange(0.0, max(float(at.max()), t.max() if len(t) else 0.0) + 5.0, 5.0)
+        edges = np.arange(0.0, max(float(at.max()), span[1]) + 5.0, 5.0)
         idx = np.digitize(at, edges) - 1
         rate = np.bincount(idx, minlength=len(edges)) / 5.0
-        ax.step(edges, rate[:len(edges)], where="post", color="tab:blue", label="requests/s (offered)")
-        ax.set_ylabel("requests/s", color="tab:blue")
+        ax.step(edges, rate[:len(edges)], where="post", color="dimgray", label="requests/s (offered)")
+        ax.set_ylabel("requests/s", color="dimgray")
         ax2 = ax.twinx()
         p99s = [np.percentile(lat[(idx == i) & ok], 99) if ((idx == i) & ok).any() else np.nan
                 for i in range(len(edges))]
-        ax2.step(edges, p99s, where="post", color="tab:orange", label="p99 latency")
-        ax2.axhline(slo_s, color="tab:orange", ls="--", lw=0.8, label=f"SLO {slo_s:g} s")
+        ax2.step(edges, p99s, where="post", color="k", label="p99 latency")
+        ax2.axhline(slo_s, color="k", ls="--", lw=0.8, label=f"SLO {slo_s:g} s")
         if (~ok).any():
             ax2.plot(at[~ok], np.full((~ok).sum(), slo_s), "rx", label="failed request")
         ax2.set_yscale("log")
-        ax2.set_ylabel("p99 latency per 5 s (s)", color="tab:orange")
-        ax2.legend(loc="lower left", bbox_to_anchor=(1.06, 0.0), fontsize=8)
+        ax2.set_ylabel("p99 latency per 5 s (s)")
+        ax2.legend(loc="lower left", bbox_to_anchor=(1.05, 0.0), fontsize=8)
     ax.set_xlabel("seconds since the demo started")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.06, 1.0), fontsize=8)
+    ax.set_xlim(*span)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.05, 1.0), fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def plot_latency(sent: Sequence[Sent], slo_s: float, path: str | Path, *, offset_s: float = 0.0) -> None:
-    """Every request's latency at its send time (failures in red), with the SLO."""
+def plot_latency(sent: Sequence[Sent], slo_s: float, path: str | Path, *, offset_s: float = 0.0,
+                 span_s: float | None = None) -> None:
+    """Every request's latency at its send time (failures in red), with the SLO; `span_s`: the
+    x-axis ends there (the timeline's end, so the two plots line up)."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(12, 3.8))
     if sent:
         at = np.array([s.at for s in sent]) + offset_s
         lat = np.array([s.latency_s for s in sent])
         ok = np.array([s.status == 200 for s in sent])
-        ax.scatter(at[ok], lat[ok], s=3, alpha=0.5, label=f"answered ({ok.sum()})")
+        ax.scatter(at[ok], lat[ok], s=3, alpha=0.5, color="dimgray", label=f"answered ({ok.sum()})")
         if (~ok).any():
             ax.scatter(at[~ok], lat[~ok], s=12, color="tab:red", marker="x", label=f"failed ({(~ok).sum()})")
-    ax.axhline(slo_s, color="tab:orange", ls="--", label=f"SLO {slo_s:g} s")
+    ax.axhline(slo_s, color="k", ls="--", label=f"SLO {slo_s:g} s")
     ax.set_yscale("log")
+    if span_s is not None:
+        ax.set_xlim(0.0, span_s)
     ax.set_xlabel("seconds since the demo started")
     ax.set_ylabel("latency (s)")
     ax.set_title("serving: latency of every request")
@@ -268,31 +348,52 @@ def plot_latency(sent: Sequence[Sent], slo_s: float, path: str | Path, *, offset
     plt.close(fig)
 
 
+def restarts_in(hist: Sequence[Mapping[str, Any]]) -> list[int]:
+    """Indices of the rows where a new run took over: a step whose wall time is earlier than the
+    row before it (a run resumed from a checkpoint replays steps), or more than 10 median step
+    times after it (a stop and a relaunch)."""
+    times = [float(m["time"]) for m in hist if "time" in m]
+    if len(times) != len(hist) or len(times) < 3:
+        return []
+    gaps = np.diff(times)
+    typical = float(np.median(gaps[gaps > 0])) if (gaps > 0).any() else 0.0
+    return [k + 1 for k, g in enumerate(gaps) if g < 0 or (typical > 0 and g > 10 * typical)]
+
+
 def plot_curves(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: str | Path) -> None:
-    """Each job's training loss and learning rate per step (a change of plan shows as a new
-    marker colour along the same curve: the curve itself does not notice)."""
+    """Each job's training loss and learning rate against its compute steps (its budget: an
+    AutoLRS job's range test and probes are compute steps that add no data step, so its curve
+    ends at its budget with fewer data steps). Dotted: a change of plan or GPU count; x: a new
+    run took over (a restart from a checkpoint)."""
     plt = _plt()
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 4.5))
-    cmap = plt.get_cmap("tab10")
-    for i, (name, hist) in enumerate(curves.items()):
+    colour = job_colours(list(curves))
+    for name, hist in curves.items():
         if not hist:
             continue
-        steps = [int(m["step"]) for m in hist]
-        ax.plot(steps, [float(m["loss"]) for m in hist], color=cmap(i % 10), lw=1, label=name)
-        ax2.plot(steps, [float(m["lr"]) for m in hist], color=cmap(i % 10), lw=1.2, label=name)
+        c = colour[name]
+        x = [int(m.get("compute_steps", m["step"])) for m in hist]
+        probes = int(hist[-1].get("probe_steps", 0) or 0)
+        label = f"{name} ({probes} probe steps)" if probes else name
+        loss = [float(m["loss"]) for m in hist]
+        ax.plot(x, loss, color=c, lw=1, label=label)
+        ax2.plot(x, [float(m["lr"]) for m in hist], color=c, lw=1.2, label=name)
         plans = [str(m.get("plan", "")) for m in hist]
         for k in range(1, len(plans)):
             if plans[k] != plans[k - 1]:
-                ax.axvline(steps[k], color=cmap(i % 10), lw=0.6, ls=":")
-    ax.set_xlabel("optimizer step")
+                ax.axvline(x[k], color=c, lw=0.6, ls=":")
+        for k in restarts_in(hist):
+            ax.plot([x[k]], [loss[k]], marker="x", color=c, ms=8, mew=2)
+    ax.set_xlabel("compute step (data steps + probes)")
     ax.set_ylabel("training loss")
-    ax.set_title("loss per job (dotted: a change of plan or GPU count)")
+    ax.set_title("loss per job (dotted: plan or GPU count changed; x: restarted from a checkpoint)",
+                 fontsize=9)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    ax2.set_xlabel("optimizer step")
+    ax2.set_xlabel("compute step")
     ax2.set_ylabel("learning rate")
     ax2.set_yscale("log")
-    ax2.set_title("learning rate (the AutoLRS job's is tuned stage by stage)")
+    ax2.set_title("learning rate (the AutoLRS job's: range test, stages, anneal)", fontsize=9)
     ax2.legend(fontsize=8)
     ax2.grid(alpha=0.3)
     fig.tight_layout()
