@@ -321,7 +321,8 @@ def main() -> int:
         plot_timeline(rec.samples, stories, pool_gpus, rec.sent, SLO_P99_S, args.out / "demo_timeline.png")
         plot_latency(rec.sent, SLO_P99_S, args.out / "demo_latency.png", offset_s=rec.replay_t0,
                      span_s=rec.samples[-1].t)
-        plot_curves(curves, args.out / "demo_curves.png")
+        plot_curves(curves, args.out / "demo_curves.png",
+                    relaunches={s.name: [rec.t0 + t for t in s.relaunches] for s in stories})
 
         print("\n=== Tidal demo summary ===")
         print(f"{'job':<9}{'state':<11}{'arrived':>8}{'queued':>8}{'JCT':>8}{'restarts':>9}"

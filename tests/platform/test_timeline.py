@@ -13,7 +13,7 @@ from tidal.platform.timeline import (
     plot_curves,
     plot_latency,
     plot_timeline,
-    restarts_in,
+    restart_rows,
     sample_of,
     serving_stats,
     training_jobs,
@@ -123,11 +123,11 @@ def test_a_job_trains_only_where_its_compute_steps_advance() -> None:
     assert all("p" in a for a in training_jobs(probing, window_s=5.0)[1:])
 
 
-def test_a_restart_is_a_step_earlier_than_the_one_before_or_long_after() -> None:
-    rows = [{"step": k, "time": 100.0 + k} for k in range(1, 11)]
-    rows[5:] = [{"step": k, "time": 200.0 + k} for k in range(6, 11)]  # relaunched 90 s later
-    assert restarts_in(rows) == [5]
-    replay = [{"step": 1, "time": 10.0}, {"step": 2, "time": 11.0}, {"step": 3, "time": 5.0},
-              {"step": 4, "time": 6.0}]
-    assert restarts_in(replay) == [2]
-    assert restarts_in([{"step": 1}, {"step": 2}, {"step": 3}]) == []  # rows without times
+def test_a_restart_marks_the_first_row_a_new_run_wrote() -> None:
+    rows = [{"step": k, "time": 100.0 + k} for k in range(1, 6)]
+    rows += [{"step": k, "time": 200.0 + k} for k in range(4, 9)]  # resumed from step 3's checkpoint
+    assert restart_rows(rows, [150.0, 180.0]) == [5]  # the second launch never stepped: one mark
+    assert restart_rows(rows, [300.0]) == []  # a relaunch after the last row marks nothing
+    ev = [{"t": 0.0, "to": "PROFILING"}, {"t": 5.0, "to": "RUNNING"}, {"t": 50.0, "to": "STOPPING"},
+          {"t": 52.0, "to": "QUEUED"}, {"t": 53.0, "to": "RUNNING"}, {"t": 90.0, "to": "SUCCEEDED"}]
+    assert job_story("a", ev, t0=0.0).relaunches == [53.0]

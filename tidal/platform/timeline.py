@@ -164,6 +164,7 @@ class JobStory:
     ended: float | None = None
     final_state: str = ""
     markers: list[Marker] = field(default_factory=list)
+    relaunches: list[float] = field(default_factory=list)  # every later →RUNNING: a new run took over
 
     @property
     def jct(self) -> float | None:
@@ -186,6 +187,8 @@ def job_story(name: str, events: Sequence[Mapping[str, Any]], t0: float) -> JobS
         if to == "RUNNING" and story.started is None:
             story.started = t
             story.markers.append(Marker(t=t, job=name, what="start"))
+        elif to == "RUNNING":
+            story.relaunches.append(t)
         elif to == "STOPPING":
             story.markers.append(Marker(t=t, job=name, what="reclaim" if note.startswith("reclaim")
                                         else "reconfigure"))
@@ -348,23 +351,25 @@ def plot_latency(sent: Sequence[Sent], slo_s: float, path: str | Path, *, offset
     plt.close(fig)
 
 
-def restarts_in(hist: Sequence[Mapping[str, Any]]) -> list[int]:
-    """Indices of the rows where a new run took over: a step whose wall time is earlier than the
-    row before it (a run resumed from a checkpoint replays steps), or more than 10 median step
-    times after it (a stop and a relaunch)."""
-    times = [float(m["time"]) for m in hist if "time" in m]
-    if len(times) != len(hist) or len(times) < 3:
-        return []
-    gaps = np.diff(times)
-    typical = float(np.median(gaps[gaps > 0])) if (gaps > 0).any() else 0.0
-    return [k + 1 for k, g in enumerate(gaps) if g < 0 or (typical > 0 and g > 10 * typical)]
+def restart_rows(hist: Sequence[Mapping[str, Any]], relaunches: Sequence[float]) -> list[int]:
+    """Indices of the rows a new run wrote first: for each relaunch (a wall time), the first row
+    stamped after it. A run that never reached a step wrote none, so its relaunch marks the next
+    run's first row."""
+    times = [float(m.get("time", float("nan"))) for m in hist]
+    out = []
+    for t in relaunches:
+        k = next((i for i, x in enumerate(times) if x >= t), None)
+        if k is not None and k not in out:
+            out.append(k)
+    return out
 
 
-def plot_curves(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: str | Path) -> None:
+def plot_curves(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: str | Path, *,
+                relaunches: Mapping[str, Sequence[float]] | None = None) -> None:
     """Each job's training loss and learning rate against its compute steps (its budget: an
     AutoLRS job's range test and probes are compute steps that add no data step, so its curve
     ends at its budget with fewer data steps). Dotted: a change of plan or GPU count; x: a new
-    run took over (a restart from a checkpoint)."""
+    run took over (`relaunches`: each job's relaunch wall times, from its events)."""
     plt = _plt()
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 4.5))
     colour = job_colours(list(curves))
@@ -382,7 +387,7 @@ def plot_curves(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: str | P
         for k in range(1, len(plans)):
             if plans[k] != plans[k - 1]:
                 ax.axvline(x[k], color=c, lw=0.6, ls=":")
-        for k in restarts_in(hist):
+        for k in restart_rows(hist, (relaunches or {}).get(name, ())):
             ax.plot([x[k]], [loss[k]], marker="x", color=c, ms=8, mew=2)
     ax.set_xlabel("compute step (data steps + probes)")
     ax.set_ylabel("training loss")
