@@ -12,44 +12,27 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.serving.lending import hold_training_gpus, lending_config, wait
+
 pytestmark = pytest.mark.integration
-
-
-def _wait(pred: Any, what: str, timeout: float) -> None:
-    deadline = time.time() + timeout
-    while not pred():
-        assert time.time() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.25)
 
 
 @pytest.mark.timeout(1200)
 def test_lent_gpus_go_back_to_serve_on_a_surge(ray_cluster: Any, inference_node: str, tmp_path: Path) -> None:
     import ray
     from ray import serve
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from tests.conftest import tiny_gpt_spec
-    from tidal.core.policy import Option, PolicyConfig
+    from tidal.core.policy import Option
     from tidal.jobs import Plan
     from tidal.jobs.runner import Resources, launch
     from tidal.platform import sdk
     from tidal.platform.cli import format_pools
-    from tidal.platform.config import SchedulerConfig
     from tidal.serving.app import gpt_app
     from tidal.serving.demand import replicas_running, replicas_wanted
-    from tidal.serving.loans import LoanConfig
     from tidal.serving.traffic import p99, replay
 
-    # something else holds 2 of the training pool's 4 GPUs: Tidal may use the other 2 only
-    @ray.remote(num_gpus=1, num_cpus=0)
-    class Other:
-        def ping(self) -> int:
-            return 1
-
-    head = ray_cluster.node_ids[0]
-    others = [Other.options(scheduling_strategy=NodeAffinitySchedulingStrategy(head, soft=False)).remote()
-              for _ in range(2)]
-    ray.get([o.ping.remote() for o in others])
+    others = hold_training_gpus(ray_cluster)  # the job grows past 2 GPUs only onto lent ones
 
     port = 8432
     serve.start(http_options={"host": "127.0.0.1", "port": port})
@@ -58,9 +41,7 @@ def test_lent_gpus_go_back_to_serve_on_a_surge(ray_cluster: Any, inference_node:
         serve.run(gpt_app(model=dict(seq_len=32, d_model=64, n_layer=2, n_head=4), min_replicas=1,
                           max_replicas=4, replica_rps=2.0, upscale_delay_s=1.0, downscale_delay_s=900.0),
                   name="gpt", route_prefix="/gpt")
-        cfg = SchedulerConfig(tick_s=1.0, state_path=str(tmp_path / "tidal.sqlite"), restart_cost_s=0.0,
-                              cpus_per_worker=0.25, policy=PolicyConfig(aging_s=1e6),
-                              loans=LoanConfig(replica_rps=1.0, interval_s=1.0, lead_s=5.0, min_replicas=0))
+        cfg = lending_config(tmp_path)
         scheduler = sdk.connect(cfg)
         spec = tiny_gpt_spec(name="on-loan", total_steps=2400, max_gpus=4, checkpoint_every=100)
         options = tuple(Option(gpus=n, plan=Plan(dp=n, zero_stage=1, micro_batch=8 // n),
@@ -69,10 +50,10 @@ def test_lent_gpus_go_back_to_serve_on_a_surge(ray_cluster: Any, inference_node:
         # nothing is lent until the demand's history can bound its rise at the loan's risk
         # (`tidal.serving.loans`: H + 9 intervals at a risk of 10%): the job starts on the training
         # pool's 2 GPUs and grows onto the 2 lent ones once they are offered
-        _wait(lambda: (st := job.status())["state"] == "RUNNING" and st["gpus"] == 4,
-              "the job to run on 4 GPUs, 2 of them lent", 300)
+        wait(lambda: (st := job.status())["state"] == "RUNNING" and st["gpus"] == 4,
+             "the job to run on 4 GPUs, 2 of them lent", 300)
         grown = job.status()["step"]  # the surge comes once it has stepped on the loan
-        _wait(lambda: job.status()["step"] >= grown + 20, "20 steps on the lent GPUs", 300)
+        wait(lambda: job.status()["step"] >= grown + 20, "20 steps on the lent GPUs", 300)
         st = job.status()
         assert st["gpus"] == 4 and inference_node in st["nodes"], (
             st, ray.get(scheduler.recent_events.remote()))
@@ -128,9 +109,9 @@ def test_lent_gpus_go_back_to_serve_on_a_surge(ray_cluster: Any, inference_node:
             life = ray.get(scheduler.incarnation.remote())
             ray.kill(scheduler, no_restart=False)
             restart["killed"] = time.time()
-            _wait(lambda: ray.get(scheduler.incarnation.remote(), timeout=30) != life,
-                  "the scheduler's next life", 60)
-            _wait(lambda: "history" in ray.get(scheduler.pools.remote()), "the new life's loan step", 30)
+            wait(lambda: ray.get(scheduler.incarnation.remote(), timeout=30) != life,
+                 "the scheduler's next life", 60)
+            wait(lambda: "history" in ray.get(scheduler.pools.remote()), "the new life's loan step", 30)
             restart["back"] = time.time()
             restart["after"] = ray.get(scheduler.pools.remote())
 

@@ -15,16 +15,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.serving.lending import hold_training_gpus, lending_config, wait
+
 pytestmark = pytest.mark.integration
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "own_serve_app.py"
-
-
-def _wait(pred: Any, what: str, timeout: float) -> None:
-    deadline = time.time() + timeout
-    while not pred():
-        assert time.time() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.25)
 
 
 def _user_app() -> Any:
@@ -41,26 +36,15 @@ def test_a_users_own_serve_app_lends_its_idle_gpus_and_takes_them_back(
         ray_cluster: Any, inference_node: str, tmp_path: Path) -> None:
     import ray
     from ray import cloudpickle, serve
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from tests.conftest import tiny_gpt_spec
-    from tidal.core.policy import Option, PolicyConfig
+    from tidal.core.policy import Option
     from tidal.jobs import Plan
     from tidal.platform import sdk
-    from tidal.platform.config import SchedulerConfig
     from tidal.serving.demand import replicas_running, replicas_wanted
-    from tidal.serving.loans import LoanConfig
     from tidal.serving.traffic import p99, replay
 
-    @ray.remote(num_gpus=1, num_cpus=0)
-    class Other:  # holds 2 of the training pool's 4 GPUs: the job grows only onto lent ones
-        def ping(self) -> int:
-            return 1
-
-    head = ray_cluster.node_ids[0]
-    others = [Other.options(scheduling_strategy=NodeAffinitySchedulingStrategy(head, soft=False)).remote()
-              for _ in range(2)]
-    ray.get([o.ping.remote() for o in others])
+    others = hold_training_gpus(ray_cluster)  # the job grows past 2 GPUs only onto lent ones
     port = 8433
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     scheduler = None
@@ -68,17 +52,15 @@ def test_a_users_own_serve_app_lends_its_idle_gpus_and_takes_them_back(
         app = _user_app()
         cloudpickle.register_pickle_by_value(sys.modules["own_serve_app"])  # as `serve run` ships it
         serve.run(app, name="classifier", route_prefix="/classify")
-        cfg = SchedulerConfig(tick_s=1.0, state_path=str(tmp_path / "tidal.sqlite"), restart_cost_s=0.0,
-                              cpus_per_worker=0.25, policy=PolicyConfig(aging_s=1e6),
-                              loans=LoanConfig(replica_rps=1.0, interval_s=1.0, lead_s=5.0, min_replicas=0))
+        cfg = lending_config(tmp_path)
         scheduler = sdk.connect(cfg)
         spec = tiny_gpt_spec(name="on-loan-own", total_steps=100_000, max_gpus=4, checkpoint_every=100)
         options = tuple(Option(gpus=n, plan=Plan(dp=n, zero_stage=1, micro_batch=8 // n),
                                samples_per_s=100.0 * n) for n in (1, 2, 4))
         job = sdk.JobHandle(ray.get(scheduler.submit.remote(spec, options)), scheduler)
         # the user's app wants 1 replica: the pool's other 3 GPUs are idle, and 2 are lent
-        _wait(lambda: (st := job.status())["state"] == "RUNNING" and st["gpus"] == 4,
-              "the job to run on 4 GPUs, 2 of them lent by the user's app", 300)
+        wait(lambda: (st := job.status())["state"] == "RUNNING" and st["gpus"] == 4,
+             "the job to run on 4 GPUs, 2 of them lent by the user's app", 300)
         st = job.status()
         assert inference_node in st["nodes"], st
         lent: dict[str, Any] = {"gpu_s": 0.0, "on": True}
@@ -139,8 +121,8 @@ def test_a_users_own_serve_app_lends_its_idle_gpus_and_takes_them_back(
         assert lent["gpu_s"] > 0
         assert any("stopped at step" in e for e in events), events
         # the job goes on with what is left to it: the training pool's 2 GPUs
-        _wait(lambda: (s := job.status())["state"] == "RUNNING" and s["restarts"] >= 1
-              and inference_node not in s["nodes"], "the job to go on off the inference pool", 300)
+        wait(lambda: (s := job.status())["state"] == "RUNNING" and s["restarts"] >= 1
+             and inference_node not in s["nodes"], "the job to go on off the inference pool", 300)
         job.cancel()
         assert job.wait(timeout=200, poll_s=1)["state"] == "CANCELLED"
     finally:
