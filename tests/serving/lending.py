@@ -42,3 +42,21 @@ def lending_config(tmp_path: Path) -> Any:
     return SchedulerConfig(tick_s=1.0, state_path=str(tmp_path / "tidal.sqlite"), restart_cost_s=0.0,
                            cpus_per_worker=0.25, policy=PolicyConfig(aging_s=1e6),
                            loans=LoanConfig(replica_rps=1.0, interval_s=1.0, lead_s=5.0, min_replicas=0))
+
+
+def submit_borrower(scheduler: Any, spec: Any) -> tuple[Any, tuple[Any, ...]]:
+    """`spec` submitted with a fixed resource matrix on 1, 2 and 4 GPUs (ZeRO-1, global batch 8:
+    no profiles), then waited for until it runs on 4 GPUs, 2 of them lent. (its handle, the
+    options)"""
+    import ray
+
+    from tidal.core.policy import Option
+    from tidal.jobs import Plan
+    from tidal.platform import sdk
+
+    options = tuple(Option(gpus=n, plan=Plan(dp=n, zero_stage=1, micro_batch=8 // n),
+                           samples_per_s=100.0 * n) for n in (1, 2, 4))
+    job = sdk.JobHandle(ray.get(scheduler.submit.remote(spec, options)), scheduler)
+    wait(lambda: (st := job.status())["state"] == "RUNNING" and st["gpus"] == 4,
+         "the job to run on 4 GPUs, 2 of them lent", 300)
+    return job, options

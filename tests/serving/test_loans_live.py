@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.serving.lending import hold_training_gpus, lending_config, wait
+from tests.serving.lending import hold_training_gpus, lending_config, submit_borrower, wait
 
 pytestmark = pytest.mark.integration
 
@@ -23,8 +23,6 @@ def test_lent_gpus_go_back_to_serve_on_a_surge(ray_cluster: Any, inference_node:
     from ray import serve
 
     from tests.conftest import tiny_gpt_spec
-    from tidal.core.policy import Option
-    from tidal.jobs import Plan
     from tidal.jobs.runner import Resources, launch
     from tidal.platform import sdk
     from tidal.platform.cli import format_pools
@@ -44,14 +42,10 @@ def test_lent_gpus_go_back_to_serve_on_a_surge(ray_cluster: Any, inference_node:
         cfg = lending_config(tmp_path)
         scheduler = sdk.connect(cfg)
         spec = tiny_gpt_spec(name="on-loan", total_steps=2400, max_gpus=4, checkpoint_every=100)
-        options = tuple(Option(gpus=n, plan=Plan(dp=n, zero_stage=1, micro_batch=8 // n),
-                               samples_per_s=100.0 * n) for n in (1, 2, 4))
-        job = sdk.JobHandle(ray.get(scheduler.submit.remote(spec, options)), scheduler)
         # nothing is lent until the demand's history can bound its rise at the loan's risk
         # (`tidal.serving.loans`: H + 9 intervals at a risk of 10%): the job starts on the training
         # pool's 2 GPUs and grows onto the 2 lent ones once they are offered
-        wait(lambda: (st := job.status())["state"] == "RUNNING" and st["gpus"] == 4,
-             "the job to run on 4 GPUs, 2 of them lent", 300)
+        job, options = submit_borrower(scheduler, spec)
         grown = job.status()["step"]  # the surge comes once it has stepped on the loan
         wait(lambda: job.status()["step"] >= grown + 20, "20 steps on the lent GPUs", 300)
         st = job.status()

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.serving.lending import hold_training_gpus, lending_config, wait
+from tests.serving.lending import hold_training_gpus, lending_config, submit_borrower, wait
 
 pytestmark = pytest.mark.integration
 
@@ -38,8 +38,6 @@ def test_a_users_own_serve_app_lends_its_idle_gpus_and_takes_them_back(
     from ray import cloudpickle, serve
 
     from tests.conftest import tiny_gpt_spec
-    from tidal.core.policy import Option
-    from tidal.jobs import Plan
     from tidal.platform import sdk
     from tidal.serving.demand import replicas_running, replicas_wanted
     from tidal.serving.traffic import p99, replay
@@ -55,12 +53,8 @@ def test_a_users_own_serve_app_lends_its_idle_gpus_and_takes_them_back(
         cfg = lending_config(tmp_path)
         scheduler = sdk.connect(cfg)
         spec = tiny_gpt_spec(name="on-loan-own", total_steps=100_000, max_gpus=4, checkpoint_every=100)
-        options = tuple(Option(gpus=n, plan=Plan(dp=n, zero_stage=1, micro_batch=8 // n),
-                               samples_per_s=100.0 * n) for n in (1, 2, 4))
-        job = sdk.JobHandle(ray.get(scheduler.submit.remote(spec, options)), scheduler)
         # the user's app wants 1 replica: the pool's other 3 GPUs are idle, and 2 are lent
-        wait(lambda: (st := job.status())["state"] == "RUNNING" and st["gpus"] == 4,
-             "the job to run on 4 GPUs, 2 of them lent by the user's app", 300)
+        job, _ = submit_borrower(scheduler, spec)
         st = job.status()
         assert inference_node in st["nodes"], st
         lent: dict[str, Any] = {"gpu_s": 0.0, "on": True}
